@@ -1,0 +1,352 @@
+import CLinuxShims
+import Glibc
+import Synchronization
+
+/// One epoll event loop on its own thread: a listener, the connections it accepted, and an inbox of responses
+/// that handler tasks post back through an `eventfd`.
+///
+/// `@unchecked Sendable`: every mutable property is touched only on the loop's thread, except `inbox` and
+/// `commands`, which are behind a `Mutex` and announced through `wakeFD`.
+final class EventLoop: @unchecked Sendable {
+    enum Command { case drain, stop }
+
+    private struct Completion {
+        let fd: Int32
+        let id: UInt64
+        let response: HTTPResponse
+    }
+
+    private let core: HTTPServer.Core
+    private let epollFD: Int32
+    private let wakeFD: Int32
+    private var listenFD: Int32
+    private var connections: [Int32: HTTPConnection] = [:]
+    private let inbox = Mutex<[Completion]>([])
+    private let commands = Mutex<[Command]>([])
+    private let finished = Mutex(false)
+    private var nextID: UInt64 = 0
+    private var draining = false
+    private var acceptPausedUntil: UInt64 = 0
+    private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+
+    init(core: HTTPServer.Core, listenFD: Int32) throws {
+        self.core = core
+        self.listenFD = listenFD
+        epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard epollFD >= 0 else { throw SocketError("epoll_create1") }
+        wakeFD = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        guard wakeFD >= 0 else { throw SocketError("eventfd") }
+        register(wakeFD, events: EPOLLIN.rawValue, op: EPOLL_CTL_ADD)
+        register(listenFD, events: EPOLLIN.rawValue, op: EPOLL_CTL_ADD)
+    }
+
+    var isFinished: Bool { finished.withLock { $0 } }
+
+    /// Sends a command to the loop from any thread.
+    func post(_ command: Command) {
+        commands.withLock { $0.append(command) }
+        wake()
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    /// Posts a handler's response; called from the handler's task.
+    func complete(fd: Int32, id: UInt64, response: HTTPResponse) {
+        inbox.withLock { $0.append(Completion(fd: fd, id: id, response: response)) }
+        wake()
+    }
+
+    // MARK: - Loop
+
+    func run() {
+        var events = [epoll_event](repeating: epoll_event(), count: 256)
+        var lastSweep = Socket.monotonicMillis()
+        var running = true
+        while running {
+            let count = epoll_wait(epollFD, &events, Int32(events.count), 250)
+            let now = Socket.monotonicMillis()
+            if count > 0 {
+                for i in 0..<Int(count) {
+                    let fd = events[i].data.fd
+                    let flags = events[i].events
+                    if fd == wakeFD {
+                        var value: UInt64 = 0
+                        _ = read(wakeFD, &value, 8)
+                    } else if fd == listenFD {
+                        acceptAll(now: now)
+                    } else if let connection = connections[fd] {
+                        if flags & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
+                            onReadable(connection, now: now)
+                        }
+                        if flags & EPOLLOUT.rawValue != 0, connections[fd] === connection {
+                            flush(connection, now: now)
+                        }
+                    }
+                }
+            }
+            drainInbox(now: now)
+            for command in commands.withLock({ c -> [Command] in defer { c.removeAll() }; return c }) {
+                switch command {
+                case .drain: beginDrain()
+                case .stop: running = false
+                }
+            }
+            if acceptPausedUntil != 0, now >= acceptPausedUntil, listenFD >= 0 {
+                acceptPausedUntil = 0
+                register(listenFD, events: EPOLLIN.rawValue, op: EPOLL_CTL_ADD)
+            }
+            if now - lastSweep >= 200 {
+                lastSweep = now
+                sweepTimeouts(now: now)
+            }
+            if draining && connections.isEmpty { running = false }
+        }
+        for connection in Array(connections.values) { closeConnection(connection) }
+        if listenFD >= 0 { close(listenFD) }
+        close(epollFD)
+        close(wakeFD)
+        finished.withLock { $0 = true }
+    }
+
+    private func register(_ fd: Int32, events: UInt32, op: Int32) {
+        var event = epoll_event()
+        event.events = events
+        event.data.fd = fd
+        _ = epoll_ctl(epollFD, op, fd, &event)
+    }
+
+    // MARK: - Accept
+
+    private func acceptAll(now: UInt64) {
+        while listenFD >= 0 {
+            let accepted: (fd: Int32, remote: String)?
+            do {
+                accepted = try Socket.accept(listenFD)
+            } catch {
+                // Out of descriptors (EMFILE/ENFILE) or similar: stop accepting briefly instead of spinning.
+                _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, listenFD, nil)
+                acceptPausedUntil = now + 100
+                core.log("accept failed: \(error); pausing accept for 100 ms")
+                return
+            }
+            guard let (fd, remote) = accepted else { return }
+            if core.openConnections.load(ordering: .relaxed) >= core.configuration.maxConnections {
+                var refusal = core.errorResponse(503, "too many open connections").serialized(version: .http1_1, keepAlive: false)
+                _ = send(fd, &refusal, refusal.count, Int32(MSG_NOSIGNAL))
+                close(fd)
+                core.refusedConnections.add(1, ordering: .relaxed)
+                continue
+            }
+            core.openConnections.add(1, ordering: .relaxed)
+            nextID &+= 1
+            let connection = HTTPConnection(fd: fd, id: nextID, remote: remote, limits: core.configuration.limits, now: now)
+            connections[fd] = connection
+            connection.interest = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+            register(fd, events: connection.interest, op: EPOLL_CTL_ADD)
+        }
+    }
+
+    // MARK: - Read, process, write
+
+    private func onReadable(_ connection: HTTPConnection, now: UInt64) {
+        while true {
+            let n = read(connection.fd, &readBuffer, readBuffer.count)
+            if n > 0 {
+                connection.lastActivity = now
+                if connection.lingerDeadline == nil {
+                    connection.parser.append(readBuffer[0..<n])
+                }
+                if n < readBuffer.count || connection.parser.bufferedBytes > 4 * 1024 * 1024 { break }
+            } else if n == 0 {
+                if connection.lingerDeadline != nil {
+                    closeConnection(connection)
+                    return
+                }
+                connection.peerClosed = true
+                break
+            } else {
+                if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { break }
+                closeConnection(connection)
+                return
+            }
+        }
+        if connection.lingerDeadline == nil { process(connection, now: now) }
+        updateInterest(connection)
+    }
+
+    /// Parses and dispatches buffered requests, one at a time.
+    private func process(_ connection: HTTPConnection, now: UInt64) {
+        while !connection.inFlight && !connection.closeAfterWrite && connection.output.count < 1024 * 1024 {
+            switch connection.parser.next() {
+            case .needMore:
+                if connection.parser.isMidRequest {
+                    if connection.requestStarted == nil { connection.requestStarted = now }
+                    if connection.peerClosed { closeConnection(connection); return }
+                } else if connection.peerClosed && !connection.hasPendingOutput {
+                    closeConnection(connection)
+                    return
+                } else if connection.peerClosed {
+                    connection.closeAfterWrite = true
+                }
+                return
+            case .expectContinue:
+                enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8), on: connection, now: now)
+            case let .request(request):
+                connection.requestStarted = nil
+                connection.inFlight = true
+                connection.inFlightVersion = request.version
+                connection.inFlightKeepAlive = request.keepAlive
+                connection.inFlightIsHead = request.method == "HEAD"
+                dispatch(request, on: connection)
+            case let .error(error):
+                connection.requestStarted = nil
+                let response = core.errorResponse(error.status, error.message)
+                connection.closeAfterWrite = true
+                core.countParseError(status: error.status)
+                enqueue(response.serialized(version: .http1_1, keepAlive: false), on: connection, now: now)
+                return
+            }
+        }
+    }
+
+    private func dispatch(_ request: HTTPRequest, on connection: HTTPConnection) {
+        var request = request
+        request.remoteAddress = connection.remote
+        let fd = connection.fd
+        let id = connection.id
+        let handler = core.handler
+        core.inFlightRequests.add(1, ordering: .relaxed)
+        Task {
+            let response = await handler(request)
+            self.complete(fd: fd, id: id, response: response)
+        }
+    }
+
+    private func drainInbox(now: UInt64) {
+        let completions = inbox.withLock { items -> [Completion] in defer { items.removeAll() }; return items }
+        for completion in completions {
+            core.inFlightRequests.subtract(1, ordering: .relaxed)
+            // The connection may have closed and its descriptor been reused: match the id, not just the fd.
+            guard let connection = connections[completion.fd], connection.id == completion.id else { continue }
+            connection.inFlight = false
+            let keepAlive = connection.inFlightKeepAlive && !draining && !connection.peerClosed
+                && completion.response.headers["connection"]?.lowercased() != "close"
+            if !keepAlive { connection.closeAfterWrite = true }
+            let bytes = completion.response.serialized(
+                version: connection.inFlightVersion, keepAlive: keepAlive, omitBody: connection.inFlightIsHead)
+            enqueue(bytes, on: connection, now: now)
+            if connections[completion.fd] === connection, !connection.closeAfterWrite {
+                process(connection, now: now)
+                updateInterest(connection)
+            }
+        }
+    }
+
+    private func enqueue(_ bytes: [UInt8], on connection: HTTPConnection, now: UInt64) {
+        if connection.outputOffset == connection.output.count {
+            connection.output = bytes
+            connection.outputOffset = 0
+        } else {
+            connection.output.append(contentsOf: bytes)
+        }
+        flush(connection, now: now)
+    }
+
+    private func flush(_ connection: HTTPConnection, now: UInt64) {
+        while connection.hasPendingOutput {
+            let n = connection.output.withUnsafeBytes { buffer in
+                send(connection.fd, buffer.baseAddress! + connection.outputOffset,
+                     buffer.count - connection.outputOffset, Int32(MSG_NOSIGNAL))
+            }
+            if n > 0 {
+                connection.outputOffset += n
+                connection.lastActivity = now
+            } else if n < 0 && errno == EINTR {
+                continue
+            } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                updateInterest(connection)
+                return
+            } else {
+                closeConnection(connection)
+                return
+            }
+        }
+        connection.output.removeAll(keepingCapacity: connection.output.capacity <= 64 * 1024)
+        connection.outputOffset = 0
+        if connection.closeAfterWrite && !connection.inFlight {
+            if connection.parser.bufferedBytes > 0 || connection.parser.isMidRequest || !connection.peerClosed {
+                // Shut the write side and drain what the client still sends, so it reads our answer before a reset.
+                shutdown(connection.fd, Int32(SHUT_WR))
+                connection.lingerDeadline = now + 2000
+            } else {
+                closeConnection(connection)
+                return
+            }
+        }
+        updateInterest(connection)
+    }
+
+    private func updateInterest(_ connection: HTTPConnection) {
+        guard connections[connection.fd] === connection else { return }
+        var wanted: UInt32 = EPOLLRDHUP.rawValue
+        let backPressure = connection.parser.bufferedBytes > 4 * 1024 * 1024 && connection.lingerDeadline == nil
+        if !connection.peerClosed && !backPressure { wanted |= EPOLLIN.rawValue }
+        if connection.hasPendingOutput { wanted |= EPOLLOUT.rawValue }
+        if wanted != connection.interest {
+            connection.interest = wanted
+            register(connection.fd, events: wanted, op: EPOLL_CTL_MOD)
+        }
+    }
+
+    private func closeConnection(_ connection: HTTPConnection) {
+        guard connections.removeValue(forKey: connection.fd) != nil else { return }
+        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, nil)
+        close(connection.fd)
+        core.openConnections.subtract(1, ordering: .relaxed)
+    }
+
+    // MARK: - Timeouts and drain
+
+    private func sweepTimeouts(now: UInt64) {
+        let configuration = core.configuration
+        for connection in Array(connections.values) {
+            if let deadline = connection.lingerDeadline {
+                if now >= deadline { closeConnection(connection) }
+                continue
+            }
+            if connection.inFlight { continue }
+            if connection.hasPendingOutput {
+                if now - connection.lastActivity > configuration.idleTimeoutMillis { closeConnection(connection) }
+                continue
+            }
+            if connection.parser.isMidRequest, let started = connection.requestStarted {
+                if now - started > configuration.requestTimeoutMillis {
+                    connection.closeAfterWrite = true
+                    core.countParseError(status: 408)
+                    let response = core.errorResponse(408, "the request was not received in time")
+                    enqueue(response.serialized(version: .http1_1, keepAlive: false), on: connection, now: now)
+                }
+                continue
+            }
+            let idleLimit = draining ? 0 : configuration.idleTimeoutMillis
+            if now - connection.lastActivity > idleLimit { closeConnection(connection) }
+        }
+    }
+
+    private func beginDrain() {
+        guard !draining else { return }
+        draining = true
+        if listenFD >= 0 {
+            _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, listenFD, nil)
+            close(listenFD)
+            listenFD = -1
+        }
+        for connection in Array(connections.values) where connection.isIdle {
+            closeConnection(connection)
+        }
+    }
+}

@@ -1,0 +1,431 @@
+/// A strict, incremental HTTP/1.1 request parser (RFC 9112) with no I/O.
+///
+/// Feed bytes with ``append(_:)`` and pull events with ``next()``. After an error the parser stays failed:
+/// the connection must answer the error and close, because framing can no longer be trusted.
+public struct HTTPParser {
+    public enum Event: Equatable {
+        /// More bytes are needed.
+        case needMore
+        /// The client sent `Expect: 100-continue` and waits for a `100 Continue` before the body.
+        case expectContinue
+        case request(HTTPRequest)
+        case error(HTTPParseError)
+
+        public static func == (lhs: Event, rhs: Event) -> Bool {
+            switch (lhs, rhs) {
+            case (.needMore, .needMore), (.expectContinue, .expectContinue): return true
+            case let (.request(a), .request(b)): return a.method == b.method && a.target == b.target && a.body == b.body
+            case let (.error(a), .error(b)): return a == b
+            default: return false
+            }
+        }
+    }
+
+    private struct Head {
+        var method: String
+        var target: String
+        var version: HTTPVersion
+        var headers: HTTPHeaders
+    }
+
+    private enum ChunkPhase { case size, data(Int), dataEnd, trailers(Int) }
+
+    private enum State {
+        case head
+        case fixed(Head, remaining: Int)
+        case chunked(Head, ChunkPhase)
+        case failed(HTTPParseError)
+    }
+
+    public let limits: HTTPLimits
+    private var buffer: [UInt8] = []
+    private var position = 0
+    private var scanned = 0
+    private var state: State = .head
+    private var body: [UInt8] = []
+    private var continueRequested = false
+
+    public init(limits: HTTPLimits = HTTPLimits()) { self.limits = limits }
+
+    /// Bytes received but not yet consumed by a complete request.
+    public var bufferedBytes: Int { buffer.count - position }
+
+    /// True when a request has started to arrive (some of its bytes are buffered or parsed).
+    public var isMidRequest: Bool {
+        if case .head = state { return bufferedBytes > 0 }
+        return true
+    }
+
+    public mutating func append(_ bytes: some Collection<UInt8>) {
+        if position > 0 && position == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            scanned = 0
+            position = 0
+        }
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// Advances the parser as far as the buffered bytes allow.
+    public mutating func next() -> Event {
+        while true {
+            switch state {
+            case let .failed(error):
+                return .error(error)
+            case .head:
+                switch parseHead() {
+                case .needMore: return .needMore
+                case let .error(e): return fail(e)
+                case let .request(r): return .request(r)
+                case .expectContinue: return .expectContinue
+                }
+            case let .fixed(head, remaining):
+                let available = buffer.count - position
+                let take = min(available, remaining)
+                if take > 0 {
+                    body.append(contentsOf: buffer[position..<position + take])
+                    position += take
+                }
+                if take == remaining { return finish(head) }
+                state = .fixed(head, remaining: remaining - take)
+                return requestContinueIfNeeded(head)
+            case let .chunked(head, phase):
+                switch stepChunked(head, phase) {
+                case .progress: continue
+                case .needMore: return requestContinueIfNeeded(head)
+                case let .error(e): return fail(e)
+                case .done: return finish(head)
+                }
+            }
+        }
+    }
+
+    private mutating func fail(_ error: HTTPParseError) -> Event {
+        state = .failed(error)
+        return .error(error)
+    }
+
+    private mutating func requestContinueIfNeeded(_ head: Head) -> Event {
+        if !continueRequested, head.version == .http1_1,
+            head.headers["expect"]?.lowercased() == "100-continue"
+        {
+            continueRequested = true
+            return .expectContinue
+        }
+        return .needMore
+    }
+
+    private mutating func finish(_ head: Head) -> Event {
+        var headers = head.headers
+        var decoded = body
+        do {
+            decoded = try ContentDecoding.decode(body: body, headers: &headers, limit: limits.maxBodyBytes)
+        } catch {
+            return fail(error)
+        }
+        let request = HTTPRequest(method: head.method, target: head.target, version: head.version,
+                                  headers: headers, body: decoded)
+        state = .head
+        body = []
+        continueRequested = false
+        if position == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            position = 0
+        } else if position > 64 * 1024 {
+            buffer.removeFirst(position)
+            position = 0
+        }
+        scanned = position
+        return .request(request)
+    }
+
+    // MARK: - Head
+
+    private enum HeadResult { case needMore, error(HTTPParseError), request(HTTPRequest), expectContinue }
+
+    private mutating func parseHead() -> HeadResult {
+        // RFC 9112 §2.2: ignore empty lines before the request line.
+        while position + 1 < buffer.count, buffer[position] == 0x0d, buffer[position + 1] == 0x0a { position += 2 }
+        if scanned < position { scanned = position }
+        guard let end = findHeadEnd() else {
+            let pending = buffer.count - position
+            if let lineEnd = firstLF(from: position) {
+                if lineEnd - position > limits.maxRequestLineBytes + 1 {
+                    return .error(HTTPParseError(414, "request line longer than \(limits.maxRequestLineBytes) bytes"))
+                }
+                if pending - (lineEnd - position) > limits.maxHeaderBytes + 4 {
+                    return .error(HTTPParseError(431, "header section larger than \(limits.maxHeaderBytes) bytes"))
+                }
+            } else if pending > limits.maxRequestLineBytes + 2 {
+                return .error(HTTPParseError(414, "request line longer than \(limits.maxRequestLineBytes) bytes"))
+            }
+            // A bare LF or NUL makes the head invalid as soon as it arrives; do not wait for more.
+            if let e = checkHeadBytes(position..<buffer.count, complete: false) { return .error(e) }
+            return .needMore
+        }
+        if let e = checkHeadBytes(position..<end, complete: true) { return .error(e) }
+        let head: Head
+        switch buildHead(position..<end) {
+        case let .success(h): head = h
+        case let .failure(e): return .error(e)
+        }
+        position = end + 4
+        scanned = position
+        // Framing (RFC 9112 §6): reject every shape that lets two parsers disagree.
+        let te = head.headers.values("transfer-encoding")
+        let cl = head.headers.values("content-length")
+        if !te.isEmpty {
+            guard cl.isEmpty else {
+                return .error(HTTPParseError(400, "both Content-Length and Transfer-Encoding are present"))
+            }
+            guard head.version == .http1_1 else { return .error(HTTPParseError(400, "Transfer-Encoding in HTTP/1.0")) }
+            guard te.count == 1, te[0].lowercased() == "chunked" else {
+                return .error(HTTPParseError(400, "only the chunked transfer coding is supported"))
+            }
+        }
+        if let e = checkExpect(head) { return .error(e) }
+        if !te.isEmpty {
+            state = .chunked(head, .size)
+            return mapEvent(next())
+        }
+        var length = 0
+        if !cl.isEmpty {
+            guard cl.count == 1 else { return .error(HTTPParseError(400, "repeated Content-Length")) }
+            let text = cl[0]
+            guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                let n = Int(text)
+            else { return .error(HTTPParseError(400, "invalid Content-Length")) }
+            length = n
+        }
+        if length > limits.maxBodyBytes {
+            return .error(HTTPParseError(413, "body larger than \(limits.maxBodyBytes) bytes"))
+        }
+        state = .fixed(head, remaining: length)
+        return mapEvent(next())
+    }
+
+    private func mapEvent(_ event: Event) -> HeadResult {
+        switch event {
+        case .needMore: return .needMore
+        case .expectContinue: return .expectContinue
+        case let .request(r): return .request(r)
+        case let .error(e): return .error(e)
+        }
+    }
+
+    private func checkExpect(_ head: Head) -> HTTPParseError? {
+        guard let expect = head.headers["expect"] else { return nil }
+        return expect.lowercased() == "100-continue" ? nil : HTTPParseError(417, "unsupported Expect value")
+    }
+
+    private mutating func findHeadEnd() -> Int? {
+        var i = max(scanned, position)
+        while i + 3 < buffer.count {
+            if buffer[i] == 0x0d, buffer[i + 1] == 0x0a, buffer[i + 2] == 0x0d, buffer[i + 3] == 0x0a { return i }
+            i += 1
+        }
+        scanned = max(position, buffer.count - 3)
+        return nil
+    }
+
+    private func firstLF(from start: Int) -> Int? {
+        var i = start
+        while i < buffer.count {
+            if buffer[i] == 0x0a { return i }
+            i += 1
+        }
+        return nil
+    }
+
+    /// Rejects NUL, bare CR and bare LF in the head.
+    private func checkHeadBytes(_ range: Range<Int>, complete: Bool) -> HTTPParseError? {
+        var i = range.lowerBound
+        while i < range.upperBound {
+            let b = buffer[i]
+            if b == 0 { return HTTPParseError(400, "NUL byte in the request head") }
+            if b == 0x0a, i == 0 || buffer[i - 1] != 0x0d { return HTTPParseError(400, "bare LF in the request head") }
+            if b == 0x0d {
+                if i + 1 < buffer.count {
+                    if buffer[i + 1] != 0x0a { return HTTPParseError(400, "bare CR in the request head") }
+                } else if complete {
+                    return HTTPParseError(400, "bare CR in the request head")
+                }
+            }
+            i += 1
+        }
+        return nil
+    }
+
+    private func buildHead(_ range: Range<Int>) -> Result<Head, HTTPParseError> {
+        var lines: [ArraySlice<UInt8>] = []
+        var start = range.lowerBound
+        var i = range.lowerBound
+        while i + 1 < range.upperBound {
+            if buffer[i] == 0x0d && buffer[i + 1] == 0x0a {
+                lines.append(buffer[start..<i])
+                i += 2
+                start = i
+            } else {
+                i += 1
+            }
+        }
+        lines.append(buffer[start..<range.upperBound])
+        let requestLine = lines[0]
+        if requestLine.count > limits.maxRequestLineBytes {
+            return .failure(HTTPParseError(414, "request line longer than \(limits.maxRequestLineBytes) bytes"))
+        }
+        let parts = requestLine.split(separator: 0x20, omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, parts[0].allSatisfy(HTTPParser.isTokenChar) else {
+            return .failure(HTTPParseError(400, "malformed request line"))
+        }
+        let target = parts[1]
+        guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
+            return .failure(HTTPParseError(400, "malformed request target"))
+        }
+        guard target.first == UInt8(ascii: "/") || (target.count == 1 && target.first == UInt8(ascii: "*")) else {
+            return .failure(HTTPParseError(400, "request target must be in origin form"))
+        }
+        let version: HTTPVersion
+        switch String(decoding: parts[2], as: UTF8.self) {
+        case "HTTP/1.1": version = .http1_1
+        case "HTTP/1.0": version = .http1_0
+        case let v where v.hasPrefix("HTTP/") && v.utf8.count == 8:
+            return .failure(HTTPParseError(505, "HTTP version not supported"))
+        default: return .failure(HTTPParseError(400, "malformed HTTP version"))
+        }
+        var headers = HTTPHeaders()
+        let headerLines = lines.dropFirst()
+        if headerLines.count > limits.maxHeaderCount {
+            return .failure(HTTPParseError(431, "more than \(limits.maxHeaderCount) header fields"))
+        }
+        var headerBytes = 0
+        for line in headerLines {
+            headerBytes += line.count + 2
+            guard let first = line.first else { continue }
+            if first == 0x20 || first == 0x09 { return .failure(HTTPParseError(400, "obsolete line folding")) }
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else {
+                return .failure(HTTPParseError(400, "header field without a colon"))
+            }
+            let name = line[line.startIndex..<colon]
+            guard !name.isEmpty else { return .failure(HTTPParseError(400, "empty header name")) }
+            if let last = name.last, last == 0x20 || last == 0x09 {
+                return .failure(HTTPParseError(400, "whitespace before a header colon"))
+            }
+            guard name.allSatisfy(HTTPParser.isTokenChar) else {
+                return .failure(HTTPParseError(400, "invalid character in a header name"))
+            }
+            var value = line[(colon + 1)...]
+            while let f = value.first, f == 0x20 || f == 0x09 { value = value.dropFirst() }
+            while let l = value.last, l == 0x20 || l == 0x09 { value = value.dropLast() }
+            guard value.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7f) }) else {
+                return .failure(HTTPParseError(400, "invalid character in a header value"))
+            }
+            headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+        }
+        if headerBytes > limits.maxHeaderBytes {
+            return .failure(HTTPParseError(431, "header section larger than \(limits.maxHeaderBytes) bytes"))
+        }
+        if version == .http1_1 {
+            let hosts = headers.values("host")
+            guard hosts.count == 1 else { return .failure(HTTPParseError(400, "exactly one Host header is required")) }
+        } else if headers.values("host").count > 1 {
+            return .failure(HTTPParseError(400, "repeated Host header"))
+        }
+        return .success(Head(method: String(decoding: parts[0], as: UTF8.self),
+                             target: String(decoding: target, as: UTF8.self), version: version, headers: headers))
+    }
+
+    static func isTokenChar(_ c: UInt8) -> Bool {
+        switch c {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return true
+        default:
+            return "!#$%&'*+-.^_`|~".utf8.contains(c)
+        }
+    }
+
+    // MARK: - Chunked body
+
+    private enum ChunkStep { case progress, needMore, error(HTTPParseError), done }
+
+    private mutating func stepChunked(_ head: Head, _ phase: ChunkPhase) -> ChunkStep {
+        switch phase {
+        case .size:
+            guard let lf = firstLF(from: position) else {
+                return buffer.count - position > 1024 ? .error(HTTPParseError(400, "chunk size line too long")) : .needMore
+            }
+            guard lf > position, buffer[lf - 1] == 0x0d else { return .error(HTTPParseError(400, "bare LF in chunked body")) }
+            let line = buffer[position..<(lf - 1)]
+            guard line.count <= 1024 else { return .error(HTTPParseError(400, "chunk size line too long")) }
+            var size = 0
+            var digits = 0
+            var index = line.startIndex
+            while index < line.endIndex, let d = HTTPParser.hexValue(line[index]) {
+                // Eight hex digits already exceed any body limit; more could only overflow.
+                if digits == 8 { return .error(HTTPParseError(400, "invalid chunk size")) }
+                size = size * 16 + Int(d)
+                digits += 1
+                index += 1
+            }
+            guard digits > 0 else { return .error(HTTPParseError(400, "invalid chunk size")) }
+            var rest = line[index...]
+            while let f = rest.first, f == 0x20 || f == 0x09 { rest = rest.dropFirst() }
+            if let f = rest.first {
+                guard f == UInt8(ascii: ";"), rest.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7f) }) else {
+                    return .error(HTTPParseError(400, "invalid chunk size"))
+                }
+            }
+            position = lf + 1
+            if size == 0 {
+                state = .chunked(head, .trailers(0))
+            } else {
+                guard body.count + size <= limits.maxBodyBytes else {
+                    return .error(HTTPParseError(413, "body larger than \(limits.maxBodyBytes) bytes"))
+                }
+                state = .chunked(head, .data(size))
+            }
+            return .progress
+        case let .data(remaining):
+            let take = min(remaining, buffer.count - position)
+            guard take > 0 else { return .needMore }
+            body.append(contentsOf: buffer[position..<position + take])
+            position += take
+            state = .chunked(head, take == remaining ? .dataEnd : .data(remaining - take))
+            return .progress
+        case .dataEnd:
+            guard buffer.count - position >= 2 else { return .needMore }
+            guard buffer[position] == 0x0d, buffer[position + 1] == 0x0a else {
+                return .error(HTTPParseError(400, "chunk data not followed by CRLF"))
+            }
+            position += 2
+            state = .chunked(head, .size)
+            return .progress
+        case let .trailers(seen):
+            guard let lf = firstLF(from: position) else {
+                return seen + buffer.count - position > limits.maxHeaderBytes
+                    ? .error(HTTPParseError(431, "trailer section too large")) : .needMore
+            }
+            guard lf > position, buffer[lf - 1] == 0x0d else { return .error(HTTPParseError(400, "bare LF in trailers")) }
+            let line = buffer[position..<(lf - 1)]
+            let total = seen + line.count + 2
+            guard total <= limits.maxHeaderBytes else { return .error(HTTPParseError(431, "trailer section too large")) }
+            if let e = checkHeadBytes(position..<(lf + 1), complete: true) { return .error(e) }
+            position = lf + 1
+            if line.isEmpty { return .done }
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > line.startIndex,
+                line[line.startIndex..<colon].allSatisfy(HTTPParser.isTokenChar)
+            else { return .error(HTTPParseError(400, "malformed trailer field")) }
+            state = .chunked(head, .trailers(total))
+            return .progress
+        }
+    }
+
+    static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}

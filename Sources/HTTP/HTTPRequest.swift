@@ -1,0 +1,116 @@
+/// The protocol version of a request.
+public enum HTTPVersion: Sendable, Equatable {
+    case http1_0
+    case http1_1
+
+    public var text: String { self == .http1_0 ? "HTTP/1.0" : "HTTP/1.1" }
+}
+
+/// One parsed request: the head as received and the whole body, already de-chunked and decompressed.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    /// The request target as sent (origin form: path and query).
+    public var target: String
+    public var version: HTTPVersion
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+    /// The peer's address, `ip:port`.
+    public var remoteAddress: String = ""
+
+    public init(method: String, target: String, version: HTTPVersion = .http1_1, headers: HTTPHeaders = [:],
+                body: [UInt8] = []) {
+        self.method = method
+        self.target = target
+        self.version = version
+        self.headers = headers
+        self.body = body
+    }
+
+    /// The path part of the target, still percent-encoded.
+    public var path: Substring {
+        if let q = target.firstIndex(of: "?") { return target[..<q] }
+        return target[...]
+    }
+
+    /// The query part of the target without `?`, still percent-encoded; empty when there is none.
+    public var rawQuery: Substring {
+        if let q = target.firstIndex(of: "?") { return target[target.index(after: q)...] }
+        return ""
+    }
+
+    /// Query parameters in order, percent-decoded (`+` as a space); nil for a parameter that does not decode.
+    public var queryItems: [(name: String, value: String)] {
+        rawQuery.split(separator: "&", omittingEmptySubsequences: true).compactMap { pair in
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let rawName = parts[0].replacingOccurrences(of: "+", with: " ")
+            let rawValue = parts.count > 1 ? parts[1].replacingOccurrences(of: "+", with: " ") : ""
+            guard let name = PercentDecoding.decode(rawName), let value = PercentDecoding.decode(rawValue) else {
+                return nil
+            }
+            return (name, value)
+        }
+    }
+
+    /// The first query value for any of `names` (so `topicName` and `topic_name` are read alike).
+    public func query(_ names: String...) -> String? {
+        let items = queryItems
+        for name in names { if let v = items.first(where: { $0.name == name })?.value { return v } }
+        return nil
+    }
+
+    /// Whether the connection stays open after this request, by version and `Connection` header.
+    public var keepAlive: Bool {
+        let tokens = headers.values("connection").flatMap { $0.lowercased().split(separator: ",") }
+            .map { $0.trimmingCharacters(in: " \t") }
+        switch version {
+        case .http1_1: return !tokens.contains("close")
+        case .http1_0: return tokens.contains("keep-alive")
+        }
+    }
+}
+
+extension StringProtocol {
+    func replacingOccurrences(of target: Character, with replacement: Character) -> String {
+        String(self.map { $0 == target ? replacement : $0 })
+    }
+
+    func trimmingCharacters(in set: String) -> String {
+        let chars = Set(set)
+        var s = Substring(self)
+        while let f = s.first, chars.contains(f) { s.removeFirst() }
+        while let l = s.last, chars.contains(l) { s.removeLast() }
+        return String(s)
+    }
+}
+
+/// Percent-decoding of a URL component, done exactly once.
+public enum PercentDecoding {
+    /// Decodes `%XX` escapes; nil when an escape is malformed or the result is not UTF-8.
+    public static func decode(_ text: some StringProtocol) -> String? {
+        let bytes = Array(text.utf8)
+        guard bytes.contains(UInt8(ascii: "%")) else { return String(text) }
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count)
+        var i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "%") {
+                guard i + 2 < bytes.count, let hi = hex(bytes[i + 1]), let lo = hex(bytes[i + 2]) else { return nil }
+                out.append(hi << 4 | lo)
+                i += 3
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(validating: out, as: UTF8.self)
+    }
+
+    private static func hex(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,69 @@
+/// A response to write: status, headers and the whole body.
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    public init(status: Int, headers: HTTPHeaders = [:], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    public init(status: Int, contentType: String, body: String) {
+        self.init(status: status, headers: ["content-type": contentType], body: Array(body.utf8))
+    }
+
+    /// The head and body as bytes on the wire. `Content-Length` is always set from the body;
+    /// `keepAlive` false adds `Connection: close`; `omitBody` serves HEAD.
+    public func serialized(version: HTTPVersion, keepAlive: Bool, omitBody: Bool = false) -> [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(128 + body.count)
+        out.append(contentsOf: "\(version.text) \(status) \(HTTPResponse.reasonPhrase(status))\r\n".utf8)
+        for (name, value) in headers.fields where name != "content-length" && name != "connection" {
+            out.append(contentsOf: name.utf8)
+            out.append(contentsOf: ": ".utf8)
+            out.append(contentsOf: value.utf8)
+            out.append(contentsOf: "\r\n".utf8)
+        }
+        out.append(contentsOf: "content-length: \(body.count)\r\n".utf8)
+        if !keepAlive {
+            out.append(contentsOf: "connection: close\r\n".utf8)
+        } else if version == .http1_0 {
+            out.append(contentsOf: "connection: keep-alive\r\n".utf8)
+        }
+        out.append(contentsOf: "\r\n".utf8)
+        if !omitBody { out.append(contentsOf: body) }
+        return out
+    }
+
+    public static func reasonPhrase(_ status: Int) -> String {
+        switch status {
+        case 100: return "Continue"
+        case 200: return "OK"
+        case 201: return "Created"
+        case 202: return "Accepted"
+        case 204: return "No Content"
+        case 400: return "Bad Request"
+        case 401: return "Unauthorized"
+        case 403: return "Forbidden"
+        case 404: return "Not Found"
+        case 405: return "Method Not Allowed"
+        case 408: return "Request Timeout"
+        case 409: return "Conflict"
+        case 411: return "Length Required"
+        case 412: return "Precondition Failed"
+        case 413: return "Content Too Large"
+        case 414: return "URI Too Long"
+        case 415: return "Unsupported Media Type"
+        case 417: return "Expectation Failed"
+        case 429: return "Too Many Requests"
+        case 431: return "Request Header Fields Too Large"
+        case 500: return "Internal Server Error"
+        case 501: return "Not Implemented"
+        case 503: return "Service Unavailable"
+        case 505: return "HTTP Version Not Supported"
+        default: return "Status \(status)"
+        }
+    }
+}

@@ -1,0 +1,156 @@
+import Foundation
+import Synchronization
+
+/// What the server calls for each request. It must always return a response; errors are the caller's to map.
+public typealias HTTPHandler = @Sendable (HTTPRequest) async -> HTTPResponse
+
+/// An HTTP/1.1 server: one epoll event loop per core, each with its own `SO_REUSEPORT` listener.
+///
+/// ```swift
+/// let server = HTTPServer(configuration: .init(port: 0)) { request in HTTPResponse(status: 200) }
+/// let port = try server.start()
+/// ...
+/// await server.shutdown()   // stop accepting, finish in-flight requests, close
+/// ```
+public final class HTTPServer: Sendable {
+    public struct Configuration: Sendable {
+        public var host: String
+        public var port: Int
+        /// Event loops (threads); defaults to the number of cores.
+        public var eventLoops: Int
+        public var limits: HTTPLimits
+        /// How long a client may take to send a whole request once it has started (408, then close).
+        public var requestTimeoutMillis: UInt64
+        /// How long an idle keep-alive connection stays open.
+        public var idleTimeoutMillis: UInt64
+        /// Open connections beyond which new ones are answered 503 and closed.
+        public var maxConnections: Int
+        public var backlog: Int32
+
+        public init(host: String = "0.0.0.0", port: Int = 8080, eventLoops: Int = ProcessInfo.processInfo.activeProcessorCount,
+                    limits: HTTPLimits = HTTPLimits(), requestTimeoutMillis: UInt64 = 10_000,
+                    idleTimeoutMillis: UInt64 = 75_000, maxConnections: Int = 16_384, backlog: Int32 = 4096) {
+            self.host = host
+            self.port = port
+            self.eventLoops = max(1, eventLoops)
+            self.limits = limits
+            self.requestTimeoutMillis = requestTimeoutMillis
+            self.idleTimeoutMillis = idleTimeoutMillis
+            self.maxConnections = maxConnections
+            self.backlog = backlog
+        }
+    }
+
+    /// State shared by the event loops.
+    final class Core: Sendable {
+        let configuration: Configuration
+        let handler: HTTPHandler
+        let errorResponse: @Sendable (Int, String) -> HTTPResponse
+        let logger: @Sendable (String) -> Void
+        let openConnections = Atomic<Int>(0)
+        let inFlightRequests = Atomic<Int>(0)
+        let refusedConnections = Atomic<Int>(0)
+        let parseErrors = Mutex<[Int: Int]>([:])
+
+        init(configuration: Configuration, handler: @escaping HTTPHandler,
+             errorResponse: @escaping @Sendable (Int, String) -> HTTPResponse, logger: @escaping @Sendable (String) -> Void) {
+            self.configuration = configuration
+            self.handler = handler
+            self.errorResponse = errorResponse
+            self.logger = logger
+        }
+
+        func log(_ message: String) { logger(message) }
+
+        func countParseError(status: Int) { parseErrors.withLock { $0[status, default: 0] += 1 } }
+    }
+
+    private let core: Core
+    private let loops = Mutex<[EventLoop]>([])
+    private let boundPort = Atomic<Int>(0)
+
+    /// - Parameters:
+    ///   - errorResponse: renders protocol errors (400, 408, 413, 414, 431, 503 …) that never reach `handler`.
+    ///   - logger: receives rare server-level messages (accept failures).
+    public init(configuration: Configuration,
+                errorResponse: @escaping @Sendable (Int, String) -> HTTPResponse = HTTPServer.defaultErrorResponse,
+                logger: @escaping @Sendable (String) -> Void = { _ in },
+                handler: @escaping HTTPHandler) {
+        core = Core(configuration: configuration, handler: handler, errorResponse: errorResponse, logger: logger)
+    }
+
+    /// A Google-style JSON error body: `{"error":{"code","message","status"}}`.
+    public static let defaultErrorResponse: @Sendable (Int, String) -> HTTPResponse = { status, message in
+        let canonical: String
+        switch status {
+        case 400, 411, 414, 415, 417, 431, 505: canonical = "INVALID_ARGUMENT"
+        case 408: canonical = "DEADLINE_EXCEEDED"
+        case 413: canonical = "OUT_OF_RANGE"
+        case 503: canonical = "UNAVAILABLE"
+        default: canonical = "UNKNOWN"
+        }
+        var escaped = ""
+        for c in message.unicodeScalars {
+            switch c {
+            case "\"": escaped += "\\\""
+            case "\\": escaped += "\\\\"
+            default: escaped.unicodeScalars.append(c.value < 0x20 ? " " : c)
+            }
+        }
+        return HTTPResponse(status: status, contentType: "application/json",
+                            body: "{\"error\":{\"code\":\(status),\"message\":\"\(escaped)\",\"status\":\"\(canonical)\"}}")
+    }
+
+    /// The port the server listens on (useful after binding port 0).
+    public var port: Int { boundPort.load(ordering: .relaxed) }
+
+    /// Connections open now.
+    public var openConnections: Int { core.openConnections.load(ordering: .relaxed) }
+
+    /// Requests handed to the handler and not yet answered.
+    public var inFlightRequests: Int { core.inFlightRequests.load(ordering: .relaxed) }
+
+    /// Connections refused because `maxConnections` was reached.
+    public var refusedConnections: Int { core.refusedConnections.load(ordering: .relaxed) }
+
+    /// Protocol errors answered by the server itself, by status.
+    public var protocolErrors: [Int: Int] { core.parseErrors.withLock { $0 } }
+
+    /// Binds the listeners and starts the event loops.
+    ///
+    /// - Returns: the bound port.
+    /// - Throws: ``SocketError`` when the address cannot be bound.
+    @discardableResult
+    public func start() throws -> Int {
+        Socket.raiseFileLimit()
+        let configuration = core.configuration
+        let first = try Socket.listen(host: configuration.host, port: configuration.port, backlog: configuration.backlog)
+        var listeners = [first.fd]
+        for _ in 1..<configuration.eventLoops {
+            listeners.append(try Socket.listen(host: configuration.host, port: first.port, backlog: configuration.backlog).fd)
+        }
+        boundPort.store(first.port, ordering: .relaxed)
+        var created: [EventLoop] = []
+        for fd in listeners { created.append(try EventLoop(core: core, listenFD: fd)) }
+        loops.withLock { $0 = created }
+        for (i, loop) in created.enumerated() {
+            let thread = Thread { loop.run() }
+            thread.name = "http-loop-\(i)"
+            thread.start()
+        }
+        return first.port
+    }
+
+    /// Stops accepting, lets in-flight requests finish and closes idle connections; after `drainTimeout` seconds,
+    /// closes whatever is left.
+    public func shutdown(drainTimeout: Double = 10) async {
+        let all = loops.withLock { $0 }
+        for loop in all { loop.post(.drain) }
+        let deadline = Date().addingTimeInterval(drainTimeout)
+        while Date() < deadline, !all.allSatisfy(\.isFinished) {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        for loop in all where !loop.isFinished { loop.post(.stop) }
+        while !all.allSatisfy(\.isFinished) { try? await Task.sleep(for: .milliseconds(10)) }
+    }
+}

@@ -1,0 +1,117 @@
+/// Matches a method and path against route templates such as
+/// `/v1/projects/{project}/installations/{fid}/authTokens:generate` or `.../topicSubscriptions/{topic}:subscribe`.
+///
+/// Each path segment is percent-decoded exactly once, after splitting, so `%2F` inside a token never splits it.
+/// One trailing slash is tolerated. When several templates match, the most specific wins: at the first segment
+/// where they differ, a literal beats `{param}:verb`, which beats `{param}`.
+public struct Router<Handler: Sendable>: Sendable {
+    enum Segment: Sendable, Equatable {
+        case literal(String)
+        case param(String)
+        case paramVerb(String, verb: String)
+
+        var rank: Int {
+            switch self {
+            case .literal: return 3
+            case .paramVerb: return 2
+            case .param: return 1
+            }
+        }
+    }
+
+    struct Route: Sendable {
+        let method: String
+        let template: String
+        let segments: [Segment]
+        let handler: Handler
+    }
+
+    public enum Match {
+        case found(Handler, parameters: [String: String], template: String)
+        case methodNotAllowed(allowed: [String])
+        case notFound
+        /// The path is not valid (bad percent-encoding, not UTF-8, not starting with `/`).
+        case badPath(String)
+    }
+
+    private var routes: [Route] = []
+
+    public init() {}
+
+    /// Every registered (method, template) pair, in registration order.
+    public var registered: [(method: String, template: String)] { routes.map { ($0.method, $0.template) } }
+
+    public mutating func add(_ method: String, _ template: String, _ handler: Handler) {
+        let segments = template.split(separator: "/", omittingEmptySubsequences: true).map { raw -> Segment in
+            if raw.hasPrefix("{"), let close = raw.firstIndex(of: "}") {
+                let name = String(raw[raw.index(after: raw.startIndex)..<close])
+                let rest = raw[raw.index(after: close)...]
+                if rest.isEmpty { return .param(name) }
+                precondition(rest.hasPrefix(":"), "route template segment \(raw) must be {name} or {name}:verb")
+                return .paramVerb(name, verb: String(rest.dropFirst()))
+            }
+            return .literal(String(raw))
+        }
+        routes.append(Route(method: method, template: template, segments: segments, handler: handler))
+    }
+
+    public func match(method: String, path: some StringProtocol) -> Match {
+        guard path.hasPrefix("/") else { return .badPath("the path must start with '/'") }
+        var trimmed = Substring(path)
+        if trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        let rawSegments = trimmed == "/" ? [] : trimmed.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+        var segments: [String] = []
+        segments.reserveCapacity(rawSegments.count)
+        for raw in rawSegments {
+            guard !raw.isEmpty else { return .notFound }
+            guard let decoded = PercentDecoding.decode(raw) else { return .badPath("the path has invalid percent-encoding") }
+            segments.append(decoded)
+        }
+        var best: (route: Route, params: [String: String])?
+        var allowed: [String] = []
+        for route in routes where route.segments.count == segments.count {
+            guard let params = Router.bind(route.segments, to: segments) else { continue }
+            if route.method == method || (method == "HEAD" && route.method == "GET") {
+                if let current = best {
+                    if Router.isMoreSpecific(route.segments, than: current.route.segments) { best = (route, params) }
+                } else {
+                    best = (route, params)
+                }
+            } else if !allowed.contains(route.method) {
+                allowed.append(route.method)
+            }
+        }
+        if let best {
+            // A less specific template for this method must not win over a more specific one for another.
+            return .found(best.route.handler, parameters: best.params, template: best.route.template)
+        }
+        if !allowed.isEmpty {
+            if allowed.contains("GET") && !allowed.contains("HEAD") { allowed.append("HEAD") }
+            return .methodNotAllowed(allowed: allowed)
+        }
+        return .notFound
+    }
+
+    static func bind(_ template: [Segment], to segments: [String]) -> [String: String]? {
+        var params: [String: String] = [:]
+        for (segment, value) in zip(template, segments) {
+            switch segment {
+            case let .literal(text):
+                guard text == value else { return nil }
+            case let .param(name):
+                params[name] = value
+            case let .paramVerb(name, verb):
+                guard let colon = value.lastIndex(of: ":"), value[value.index(after: colon)...] == verb,
+                    colon > value.startIndex
+                else { return nil }
+                params[name] = String(value[..<colon])
+            }
+        }
+        return params
+    }
+
+    static func isMoreSpecific(_ a: [Segment], than b: [Segment]) -> Bool {
+        for (x, y) in zip(a, b) where x.rank != y.rank { return x.rank > y.rank }
+        return false
+    }
+}

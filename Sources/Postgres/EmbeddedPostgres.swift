@@ -1,0 +1,97 @@
+import Foundation
+import Glibc
+
+/// A private PostgreSQL cluster under a directory of the project (default `./.data/postgres`), for running the
+/// service with no `DATABASE_URL`. It uses the Debian server binaries, listens only on a Unix socket in that
+/// directory, and runs as the `postgres` user when the process is root (initdb refuses root).
+public struct EmbeddedPostgres: Sendable {
+    public let directory: String
+    public let database: String
+    public let port: Int
+
+    public init(directory: String = ".data/postgres", database: String = "token_registry", port: Int = 5432) {
+        let absolute = directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
+        self.directory = absolute
+        self.database = database
+        self.port = port
+    }
+
+    var dataDirectory: String { directory + "/data" }
+    var socketDirectory: String { directory + "/socket" }
+
+    /// The libpq connection string of the cluster's database.
+    public var conninfo: String { "host=\(socketDirectory) port=\(port) dbname=\(database) user=postgres" }
+
+    /// Creates the cluster on first use, starts it unless it already runs, creates the database.
+    ///
+    /// - Returns: the connection string.
+    /// - Throws: ``PostgresError`` `.connectionFailed` with an actionable message (binaries missing, start failed).
+    public func start() async throws -> String {
+        let bin = try EmbeddedPostgres.binaryDirectory()
+        let asRoot = getuid() == 0
+        try FileManager.default.createDirectory(atPath: socketDirectory, withIntermediateDirectories: true)
+        if asRoot {
+            try run("/bin/chown", ["-R", "postgres:postgres", directory], asPostgres: false)
+            try run("/bin/chmod", ["700", directory], asPostgres: false)
+        }
+        if !FileManager.default.fileExists(atPath: dataDirectory + "/PG_VERSION") {
+            try run(bin + "/initdb", ["-D", dataDirectory, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
+                    asPostgres: asRoot)
+        }
+        let running = (try? run(bin + "/pg_ctl", ["-D", dataDirectory, "status"], asPostgres: asRoot)) != nil
+        if !running {
+            let options = "-k \(socketDirectory) -c listen_addresses='' -p \(port)"
+            try run(bin + "/pg_ctl", ["-D", dataDirectory, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options, "start"],
+                    asPostgres: asRoot)
+        }
+        let admin = try await PostgresConnection.connect("host=\(socketDirectory) port=\(port) dbname=postgres user=postgres")
+        let exists = try await admin.query("SELECT 1 FROM pg_database WHERE datname = \(database)")
+        if exists.isEmpty {
+            let quoted = "\"" + database.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+            try await admin.execute("CREATE DATABASE \(quoted)")
+        }
+        return conninfo
+    }
+
+    /// Stops the cluster (fast shutdown: open sessions are ended, committed data is safe).
+    public func stop() {
+        guard let bin = try? EmbeddedPostgres.binaryDirectory() else { return }
+        _ = try? run(bin + "/pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "stop"], asPostgres: getuid() == 0)
+    }
+
+    /// The newest `/usr/lib/postgresql/<version>/bin` that has `initdb`.
+    static func binaryDirectory() throws -> String {
+        let root = "/usr/lib/postgresql"
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        let candidates = versions.compactMap(Int.init).sorted(by: >).map { "\(root)/\($0)/bin" }
+        guard let bin = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0 + "/initdb") }) else {
+            throw PostgresError(.connectionFailed, message:
+                "DATABASE_URL is not set and no PostgreSQL server binaries were found under /usr/lib/postgresql; "
+                + "install them (Debian: apt-get install postgresql) or set DATABASE_URL")
+        }
+        return bin
+    }
+
+    @discardableResult
+    private func run(_ executable: String, _ arguments: [String], asPostgres: Bool) throws -> String {
+        let process = Process()
+        if asPostgres {
+            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+            process.arguments = ["-u", "postgres", "--", executable] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+        }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw PostgresError(.connectionFailed, message:
+                "\((executable as NSString).lastPathComponent) failed (exit \(process.terminationStatus)): \(output)")
+        }
+        return output
+    }
+}

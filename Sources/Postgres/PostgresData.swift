@@ -1,0 +1,181 @@
+import Foundation
+
+/// A Swift value that can be bound as a query parameter, in PostgreSQL's text format.
+public protocol PostgresEncodable: Sendable {
+    /// The parameter text, or nil for SQL NULL.
+    var postgresText: String? { get }
+}
+
+/// A Swift value that can be read from a column in PostgreSQL's text format.
+public protocol PostgresDecodable {
+    init?(postgresText: String)
+}
+
+extension String: PostgresEncodable, PostgresDecodable {
+    public var postgresText: String? { self }
+    public init?(postgresText: String) { self = postgresText }
+}
+
+extension Substring: PostgresEncodable {
+    public var postgresText: String? { String(self) }
+}
+
+extension Int: PostgresEncodable, PostgresDecodable {
+    public var postgresText: String? { String(self) }
+    public init?(postgresText: String) { self.init(postgresText) }
+}
+
+extension Int64: PostgresEncodable, PostgresDecodable {
+    public var postgresText: String? { String(self) }
+    public init?(postgresText: String) { self.init(postgresText) }
+}
+
+extension Int32: PostgresEncodable, PostgresDecodable {
+    public var postgresText: String? { String(self) }
+    public init?(postgresText: String) { self.init(postgresText) }
+}
+
+extension Double: PostgresEncodable, PostgresDecodable {
+    public var postgresText: String? { String(self) }
+    public init?(postgresText: String) { self.init(postgresText) }
+}
+
+extension Bool: PostgresEncodable, PostgresDecodable {
+    public var postgresText: String? { self ? "t" : "f" }
+    public init?(postgresText: String) {
+        switch postgresText {
+        case "t", "true": self = true
+        case "f", "false": self = false
+        default: return nil
+        }
+    }
+}
+
+extension Optional: PostgresEncodable where Wrapped: PostgresEncodable {
+    public var postgresText: String? { self?.postgresText }
+}
+
+/// `bytea` values, bound and read in hex form (`\x…`).
+public struct ByteA: PostgresEncodable, PostgresDecodable, Hashable {
+    public let bytes: [UInt8]
+    public init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    private static let digits = Array("0123456789abcdef".utf8)
+
+    public var postgresText: String? {
+        var out: [UInt8] = [UInt8(ascii: "\\"), UInt8(ascii: "x")]
+        for b in bytes {
+            out.append(ByteA.digits[Int(b >> 4)])
+            out.append(ByteA.digits[Int(b & 15)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public init?(postgresText: String) {
+        let chars = Array(postgresText.utf8)
+        guard chars.count >= 2, chars[0] == UInt8(ascii: "\\"), chars[1] == UInt8(ascii: "x"), chars.count % 2 == 0 else {
+            return nil
+        }
+        var out = [UInt8]()
+        var i = 2
+        while i < chars.count {
+            guard let hi = ByteA.nibble(chars[i]), let lo = ByteA.nibble(chars[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        bytes = out
+    }
+
+    private static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case 48...57: return c - 48
+        case 97...102: return c - 87
+        case 65...70: return c - 55
+        default: return nil
+        }
+    }
+}
+
+/// `text[]` parameters, for `= ANY($1)` and `unnest($1)` batches.
+public struct TextArray: PostgresEncodable {
+    public let values: [String]
+    public init(_ values: [String]) { self.values = values }
+
+    public var postgresText: String? {
+        var out = "{"
+        for (i, v) in values.enumerated() {
+            if i > 0 { out += "," }
+            out += "\""
+            for c in v.unicodeScalars {
+                if c == "\"" || c == "\\" { out += "\\" }
+                out.unicodeScalars.append(c)
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+}
+
+/// Timestamps travel as `timestamptz` text in UTC with microseconds; sessions run with `TimeZone=UTC`.
+extension Date: PostgresEncodable, PostgresDecodable {
+    public var postgresText: String? {
+        let micros = (timeIntervalSince1970 * 1_000_000).rounded(.down)
+        var seconds = time_t(Int64((micros / 1_000_000).rounded(.down)))
+        let fraction = Int64(micros) - Int64(seconds) * 1_000_000
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ v: Int32, _ n: Int) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, n - s.count)) + s
+        }
+        let frac = String(fraction)
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2)) "
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))."
+            + String(repeating: "0", count: 6 - frac.count) + frac + "+00"
+    }
+
+    /// Parses `YYYY-MM-DD HH:MM:SS[.ffffff]+00` (or `Z`, `±HH[:MM]`).
+    public init?(postgresText text: String) {
+        let c = Array(text.utf8)
+        guard c.count >= 19 else { return nil }
+        func num(_ from: Int, _ len: Int) -> Int? {
+            var v = 0
+            for i in from..<from + len {
+                guard i < c.count, c[i] >= 48, c[i] <= 57 else { return nil }
+                v = v * 10 + Int(c[i] - 48)
+            }
+            return v
+        }
+        guard let year = num(0, 4), let month = num(5, 2), let day = num(8, 2), let hour = num(11, 2),
+            let minute = num(14, 2), let second = num(17, 2)
+        else { return nil }
+        var i = 19
+        var micros = 0.0
+        if i < c.count, c[i] == UInt8(ascii: ".") {
+            i += 1
+            var scale = 0.1
+            while i < c.count, c[i] >= 48, c[i] <= 57 {
+                micros += Double(c[i] - 48) * scale
+                scale /= 10
+                i += 1
+            }
+        }
+        var offset = 0
+        if i < c.count, c[i] == UInt8(ascii: "+") || c[i] == UInt8(ascii: "-") {
+            let sign = c[i] == UInt8(ascii: "-") ? -1 : 1
+            guard let hh = num(i + 1, 2) else { return nil }
+            var mm = 0
+            if i + 3 < c.count, c[i + 3] == UInt8(ascii: ":"), let m = num(i + 4, 2) { mm = m }
+            offset = sign * (hh * 3600 + mm * 60)
+        }
+        var parts = tm()
+        parts.tm_year = Int32(year - 1900)
+        parts.tm_mon = Int32(month - 1)
+        parts.tm_mday = Int32(day)
+        parts.tm_hour = Int32(hour)
+        parts.tm_min = Int32(minute)
+        parts.tm_sec = Int32(second)
+        let epoch = timegm(&parts)
+        self.init(timeIntervalSince1970: Double(epoch - offset) + micros)
+    }
+}

@@ -1,0 +1,46 @@
+/// SQL text with its parameters, built by string interpolation that turns every interpolated value into a
+/// `$n` bind, so values never become SQL text:
+///
+/// ```swift
+/// let rows = try await pool.query("SELECT fid FROM installations WHERE project_id = \(project) AND fid = \(fid)")
+/// ```
+///
+/// Use ``unsafeSQL(_:)`` inside the interpolation only for trusted identifiers or fragments built by the code.
+public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
+    public var sql: String
+    public var binds: [String?]
+
+    public init(stringLiteral value: String) {
+        sql = value
+        binds = []
+    }
+
+    public init(unsafeSQL sql: String, binds: [String?] = []) {
+        self.sql = sql
+        self.binds = binds
+    }
+
+    public init(stringInterpolation: StringInterpolation) {
+        sql = stringInterpolation.sql
+        binds = stringInterpolation.binds
+    }
+
+    public struct StringInterpolation: StringInterpolationProtocol {
+        var sql = ""
+        var binds: [String?] = []
+
+        public init(literalCapacity: Int, interpolationCount: Int) {
+            sql.reserveCapacity(literalCapacity + interpolationCount * 3)
+        }
+
+        public mutating func appendLiteral(_ literal: String) { sql += literal }
+
+        public mutating func appendInterpolation(_ value: some PostgresEncodable) {
+            binds.append(value.postgresText)
+            sql += "$\(binds.count)"
+        }
+
+        /// Appends trusted SQL text as is (identifiers, fragments the code chose); never pass client input.
+        public mutating func appendInterpolation(unsafeSQL fragment: String) { sql += fragment }
+    }
+}

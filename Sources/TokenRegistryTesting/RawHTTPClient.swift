@@ -1,0 +1,144 @@
+import Dispatch
+import Foundation
+import Glibc
+
+/// A response as the test client read it off the socket.
+public struct RawResponse: Sendable {
+    public let status: Int
+    public let headers: [(name: String, value: String)]
+    public let body: [UInt8]
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+    }
+
+    public var text: String { String(decoding: body, as: UTF8.self) }
+}
+
+/// A blocking TCP client for tests that need exact bytes on the wire (pipelining, smuggling shapes, slow
+/// clients). Every call runs on a Dispatch thread, never on the cooperative pool, which the server under test
+/// needs for its own handlers.
+public final class RawHTTPClient: @unchecked Sendable {
+    // @unchecked Sendable: the descriptor and buffer are used by one test at a time, serially.
+    public let fd: Int32
+    private var pending: [UInt8] = []
+
+    /// Connects to `127.0.0.1:port` with a receive timeout.
+    public init(port: Int, timeout: Double = 10) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
+        let ok = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard ok == 0 else {
+            close(fd)
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .ECONNREFUSED)
+        }
+        setTimeout(timeout)
+    }
+
+    deinit { close(fd) }
+
+    public func setTimeout(_ seconds: Double) {
+        var tv = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - Double(Int(seconds))) * 1_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// Sends raw bytes.
+    public func send(_ bytes: [UInt8]) async throws {
+        try await offPool {
+            var offset = 0
+            while offset < bytes.count {
+                let n = bytes.withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL)) }
+                guard n > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EPIPE) }
+                offset += n
+            }
+        }
+    }
+
+    public func send(_ text: String) async throws { try await send(Array(text.utf8)) }
+
+    /// Shuts down the write side (the server sees end of input).
+    public func shutdownWrite() { shutdown(fd, Int32(SHUT_WR)) }
+
+    /// Reads one response; `nil` when the server closed the connection before sending one.
+    public func readResponse(headRequest: Bool = false) async throws -> RawResponse? {
+        try await offPool { try self.readResponseBlocking(headRequest: headRequest) }
+    }
+
+    /// True when the server has closed the connection (a read returns end of input) within the timeout.
+    public func isClosedByServer() async -> Bool {
+        (try? await offPool { () -> Bool in
+            var byte: UInt8 = 0
+            while true {
+                let n = recv(self.fd, &byte, 1, 0)
+                if n == 0 { return true }
+                if n < 0 { return errno == ECONNRESET }
+            }
+        }) ?? false
+    }
+
+    private func fill() throws -> Bool {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        let n = recv(fd, &buffer, buffer.count, 0)
+        if n > 0 {
+            pending.append(contentsOf: buffer[0..<n])
+            return true
+        }
+        if n == 0 || errno == ECONNRESET { return false }
+        throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .ETIMEDOUT)
+    }
+
+    private func readResponseBlocking(headRequest: Bool) throws -> RawResponse? {
+        while true {
+            if let end = findHeadEnd() {
+                let head = String(decoding: pending[0..<end], as: UTF8.self)
+                var lines = head.components(separatedBy: "\r\n")
+                let statusLine = lines.removeFirst().split(separator: " ")
+                let status = Int(statusLine[1]) ?? 0
+                let headers = lines.compactMap { line -> (String, String)? in
+                    guard let colon = line.firstIndex(of: ":") else { return nil }
+                    return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+                }
+                let length = headRequest || status == 100
+                    ? 0 : Int(headers.first { $0.0.lowercased() == "content-length" }?.1 ?? "0") ?? 0
+                while pending.count < end + 4 + length {
+                    guard try fill() else { return nil }
+                }
+                let body = Array(pending[(end + 4)..<(end + 4 + length)])
+                pending.removeFirst(end + 4 + length)
+                if status == 100 { continue }
+                return RawResponse(status: status, headers: headers, body: body)
+            }
+            guard try fill() else { return nil }
+        }
+    }
+
+    private func findHeadEnd() -> Int? {
+        guard pending.count >= 4 else { return nil }
+        for i in 0...(pending.count - 4)
+        where pending[i] == 13 && pending[i + 1] == 10 && pending[i + 2] == 13 && pending[i + 3] == 10 {
+            return i
+        }
+        return nil
+    }
+
+    /// A whole request/response exchange on a new connection.
+    public static func exchange(port: Int, _ request: String) async throws -> RawResponse? {
+        let client = try RawHTTPClient(port: port)
+        try await client.send(request)
+        return try await client.readResponse()
+    }
+}
+
+/// Runs blocking work on a Dispatch thread and resumes the caller with its result.
+public func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async {
+            continuation.resume(with: Result { try work() })
+        }
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import Testing
+import TokenRegistryTesting
+
+@testable import HTTP
+
+/// Live tests: a real server on port 0, driven over real sockets.
+@Suite("HTTP server, live")
+struct HTTPServerLiveTests {
+    static let echo: HTTPHandler = { request in
+        if request.path == "/slow" { try? await Task.sleep(for: .milliseconds(1500)) }
+        if request.path.hasPrefix("/jitter") { try? await Task.sleep(for: .milliseconds(Int.random(in: 0...20))) }
+        let body = "\(request.method) \(request.target) \(request.body.count) \(String(decoding: request.body, as: UTF8.self))"
+        return HTTPResponse(status: 200, contentType: "text/plain", body: body)
+    }
+
+    func withServer(_ configure: (inout HTTPServer.Configuration) -> Void = { _ in },
+                    _ body: (HTTPServer, Int) async throws -> Void) async throws {
+        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0, eventLoops: 2)
+        configure(&configuration)
+        let server = HTTPServer(configuration: configuration, handler: HTTPServerLiveTests.echo)
+        let port = try server.start()
+        do {
+            try await body(server, port)
+        } catch {
+            await server.shutdown(drainTimeout: 1)
+            throw error
+        }
+        await server.shutdown(drainTimeout: 1)
+    }
+
+    @Test func keepAliveServesManyRequestsOnOneConnection() async throws {
+        try await withServer { _, port in
+            let client = try RawHTTPClient(port: port)
+            for i in 0..<5 {
+                try await client.send("GET /k\(i) HTTP/1.1\r\nHost: x\r\n\r\n")
+                let response = try #require(try await client.readResponse())
+                #expect(response.status == 200)
+                #expect(response.text.hasPrefix("GET /k\(i) "))
+            }
+        }
+    }
+
+    @Test func tenPipelinedRequestsAreAnsweredInOrder() async throws {
+        try await withServer { _, port in
+            let client = try RawHTTPClient(port: port)
+            let batch = (0..<10).map { "GET /jitter/\($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined()
+            try await client.send(batch)
+            for i in 0..<10 {
+                let response = try #require(try await client.readResponse())
+                #expect(response.text.hasPrefix("GET /jitter/\(i) "))
+            }
+        }
+    }
+
+    @Test func chunkedAndGzipBodies() async throws {
+        try await withServer { _, port in
+            let chunked = try #require(try await RawHTTPClient.exchange(port: port,
+                "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"))
+            #expect(chunked.text == "POST /c 5 abcde")
+            let zipped = Gzip.compress(Array("{\"a\":1}".utf8))
+            let client = try RawHTTPClient(port: port)
+            try await client.send(Array("POST /g HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8) + zipped)
+            let response = try #require(try await client.readResponse())
+            #expect(response.text == "POST /g 7 {\"a\":1}")
+        }
+    }
+
+    @Test func expectContinueGetsInterimResponse() async throws {
+        try await withServer { _, port in
+            let client = try RawHTTPClient(port: port)
+            try await client.send("POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+            // The client reads the 100 before it sends the body; readResponse skips interim responses,
+            // so read raw bytes here.
+            let interim = try await offPool { () -> String in
+                var buffer = [UInt8](repeating: 0, count: 64)
+                let n = recv(client.fd, &buffer, 64, 0)
+                return String(decoding: buffer[0..<max(0, n)], as: UTF8.self)
+            }
+            #expect(interim.hasPrefix("HTTP/1.1 100 Continue"))
+            try await client.send("body")
+            let response = try #require(try await client.readResponse())
+            #expect(response.text == "POST /e 4 body")
+        }
+    }
+
+    @Test(arguments: HTTPParserTests.smuggling)
+    func smugglingShapesGet400AndClose(_ shape: (String, String)) async throws {
+        try await withServer { _, port in
+            let client = try RawHTTPClient(port: port)
+            try await client.send(shape.1)
+            let response = try #require(try await client.readResponse(), "\(shape.0)")
+            #expect(response.status == 400, "\(shape.0)")
+            #expect(response.header("connection") == "close")
+            #expect(await client.isClosedByServer(), "\(shape.0)")
+        }
+    }
+
+    @Test func limitsAnswerWithTheirOwnStatus() async throws {
+        try await withServer({ $0.limits.maxBodyBytes = 1000; $0.limits.maxHeaderCount = 10 }) { _, port in
+            let long = try #require(try await RawHTTPClient.exchange(port: port, "GET /\(String(repeating: "a", count: 9000)) HTTP/1.1\r\nHost: x\r\n\r\n"))
+            #expect(long.status == 414)
+            let headers = (0..<11).map { "X-\($0): 1\r\n" }.joined()
+            let many = try #require(try await RawHTTPClient.exchange(port: port, "GET / HTTP/1.1\r\nHost: x\r\n\(headers)\r\n"))
+            #expect(many.status == 431)
+            let big = try #require(try await RawHTTPClient.exchange(port: port, "GET / HTTP/1.1\r\nHost: x\r\nX: \(String(repeating: "b", count: 40000))\r\n\r\n"))
+            #expect(big.status == 431)
+            let client = try RawHTTPClient(port: port)
+            try await client.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + String(repeating: "z", count: 5000))
+            let tooLarge = try #require(try await client.readResponse())
+            #expect(tooLarge.status == 413)
+            #expect(tooLarge.text.contains("\"code\":413"))
+        }
+    }
+
+    @Test func slowClientGets408AndIsClosed() async throws {
+        try await withServer({ $0.requestTimeoutMillis = 400 }) { _, port in
+            let client = try RawHTTPClient(port: port)
+            try await client.send("GET / HTTP/1.1\r\nHost: x\r\n")
+            let response = try #require(try await client.readResponse())
+            #expect(response.status == 408)
+            #expect(await client.isClosedByServer())
+        }
+    }
+
+    @Test func idleKeepAliveConnectionIsClosed() async throws {
+        try await withServer({ $0.idleTimeoutMillis = 300 }) { server, port in
+            let client = try RawHTTPClient(port: port)
+            try await client.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            _ = try await client.readResponse()
+            #expect(await client.isClosedByServer())
+        }
+    }
+
+    @Test func thousandConcurrentConnectionsAreAllAnswered() async throws {
+        try await withServer { _, port in
+            let clients = try (0..<1000).map { _ in try RawHTTPClient(port: port) }
+            for (i, client) in clients.enumerated() { try await client.send("GET /n\(i) HTTP/1.1\r\nHost: x\r\n\r\n") }
+            var answered = 0
+            for (i, client) in clients.enumerated() {
+                if let r = try await client.readResponse(), r.status == 200, r.text.hasPrefix("GET /n\(i) ") { answered += 1 }
+            }
+            #expect(answered == 1000)
+        }
+    }
+
+    @Test func connectionsBeyondTheMaximumAreRefusedNotCrashed() async throws {
+        try await withServer({ $0.maxConnections = 4; $0.eventLoops = 1 }) { server, port in
+            let held = try (0..<4).map { _ in try RawHTTPClient(port: port) }
+            for client in held { try await client.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"); _ = try await client.readResponse() }
+            let extra = try #require(try await RawHTTPClient.exchange(port: port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+            #expect(extra.status == 503)
+            #expect(server.refusedConnections >= 1)
+            _ = held
+        }
+    }
+
+    @Test func shutdownFinishesInFlightRequestsAndStopsAccepting() async throws {
+        let server = HTTPServer(configuration: .init(host: "127.0.0.1", port: 0, eventLoops: 2), handler: HTTPServerLiveTests.echo)
+        let port = try server.start()
+        let client = try RawHTTPClient(port: port)
+        try await client.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await Task.sleep(for: .milliseconds(100))
+        let stopped = Task { await server.shutdown(drainTimeout: 5) }
+        // Wait until the listeners are closed: the drain has begun while the slow request is still running.
+        var refused = false
+        for _ in 0..<100 where !refused {
+            refused = (try? RawHTTPClient(port: port)) == nil
+            if !refused { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(refused)
+        let response = try #require(try await client.readResponse())
+        #expect(response.status == 200)
+        #expect(response.header("connection") == "close")
+        await stopped.value
+        #expect(throws: (any Error).self) { _ = try RawHTTPClient(port: port) }
+    }
+
+    @Test func headRequestsGetNoBody() async throws {
+        try await withServer { _, port in
+            let client = try RawHTTPClient(port: port)
+            try await client.send("HEAD /h HTTP/1.1\r\nHost: x\r\n\r\nGET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+            let head = try #require(try await client.readResponse(headRequest: true))
+            #expect(head.status == 200)
+            let next = try #require(try await client.readResponse())
+            #expect(next.text.hasPrefix("GET /after"))
+        }
+    }
+}

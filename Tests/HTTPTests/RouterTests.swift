@@ -1,0 +1,59 @@
+import Testing
+
+@testable import HTTP
+
+@Suite("Router")
+struct RouterTests {
+    var router: Router<String> {
+        var r = Router<String>()
+        r.add("POST", "/v1/projects/{project}/installations", "create")
+        r.add("DELETE", "/v1/projects/{project}/installations/{fid}", "delete")
+        r.add("POST", "/v1/projects/{project}/installations/{fid}/authTokens:generate", "generate")
+        r.add("POST", "/v1/projects/{project}/registrations/{fid}/topicSubscriptions/{topic}:subscribe", "subscribe")
+        r.add("POST", "/v1/projects/{project}/registrations/{fid}/topicSubscriptions/{topic}:unsubscribe", "unsubscribe")
+        r.add("GET", "/v1/projects/{project}/registrations/{token}:sendability", "sendability")
+        r.add("PATCH", "/v1/projects/{project}/registrations/{token}", "patch")
+        r.add("POST", "/iid/v1:batchAdd", "batchAdd")
+        r.add("GET", "/healthz", "health")
+        return r
+    }
+
+    func name(_ method: String, _ path: String) -> String? {
+        if case let .found(h, _, _) = router.match(method: method, path: path) { return h }
+        return nil
+    }
+
+    @Test func customVerbsAndParams() {
+        #expect(name("POST", "/v1/projects/p/installations/f/authTokens:generate") == "generate")
+        #expect(name("POST", "/v1/projects/p/installations/") == "create")
+        #expect(name("POST", "/v1/projects/p/installations") == "create")
+        #expect(name("POST", "/iid/v1:batchAdd") == "batchAdd")
+        #expect(name("POST", "/v1/projects/p/registrations/f/topicSubscriptions/news:subscribe") == "subscribe")
+        #expect(name("POST", "/v1/projects/p/registrations/f/topicSubscriptions/news:unsubscribe") == "unsubscribe")
+        #expect(name("GET", "/v1/projects/p/registrations/fid:APA91b:sendability") == "sendability")
+        #expect(name("PATCH", "/v1/projects/p/registrations/fid:APA91b") == "patch")
+        #expect(name("HEAD", "/healthz") == "health")
+    }
+
+    @Test func percentDecodingHappensOnceAfterSplitting() {
+        guard case let .found(_, params, _) = router.match(method: "PATCH", path: "/v1/projects/p/registrations/to%3Ak%2Fx") else {
+            Issue.record("no match"); return
+        }
+        #expect(params["token"] == "to:k/x")
+        guard case let .found(_, p2, _) = router.match(method: "PATCH", path: "/v1/projects/p/registrations/a%2525b") else { return }
+        #expect(p2["token"] == "a%25b")
+    }
+
+    @Test func notFoundAndMethodNotAllowed() {
+        guard case let .methodNotAllowed(allowed) = router.match(method: "GET", path: "/v1/projects/p/installations") else {
+            Issue.record("expected 405"); return
+        }
+        #expect(allowed == ["POST"])
+        if case .notFound = router.match(method: "GET", path: "/nope") {} else { Issue.record("expected 404") }
+        if case .notFound = router.match(method: "POST", path: "/v1/projects/p/installations//") {} else { Issue.record("expected 404") }
+        if case .badPath = router.match(method: "GET", path: "/healthz%zz") {} else { Issue.record("expected bad path") }
+        if case .notFound = router.match(method: "POST", path: "/v1/projects/p/registrations/f/topicSubscriptions/:subscribe") {} else {
+            Issue.record("an empty topic must not match")
+        }
+    }
+}

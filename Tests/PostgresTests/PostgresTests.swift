@@ -1,0 +1,153 @@
+import Foundation
+import Testing
+import TokenRegistryTesting
+
+@testable import Postgres
+
+@Suite("PostgreSQL layer", .enabled(if: TestDatabase.isAvailable))
+struct PostgresTests {
+    func withDatabase(_ body: (String) async throws -> Void) async throws {
+        let url = try await TestDatabase.create()
+        do { try await body(url) } catch {
+            await TestDatabase.drop(url)
+            throw error
+        }
+        await TestDatabase.drop(url)
+    }
+
+    @Test func bindsValuesNeverSplicesThem() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url))
+            let hostile = "'; DROP TABLE x; --"
+            let rows = try await pool.query("SELECT \(hostile)::text AS v, \(42)::int AS n, \(true)::bool AS b, \(String?.none as String?)::text AS z")
+            let row = try #require(rows.first)
+            #expect(try row.require("v", as: String.self) == hostile)
+            #expect(try row.require("n", as: Int.self) == 42)
+            #expect(try row.require("b", as: Bool.self) == true)
+            #expect(try row.decode("z", as: String.self) == nil)
+        }
+    }
+
+    @Test func typesRoundTrip() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url))
+            let date = Date(timeIntervalSince1970: 1_764_000_000.123456)
+            let bytes = ByteA([0, 1, 254, 255])
+            let row = try #require(try await pool.query(
+                "SELECT \(date)::timestamptz AS d, \(bytes)::bytea AS b, \(TextArray(["a", "b\"c", "d\\e"]))::text[] AS a").first)
+            let back = try row.require("d", as: Date.self)
+            #expect(abs(back.timeIntervalSince1970 - date.timeIntervalSince1970) < 0.000002)
+            #expect(try row.require("b", as: ByteA.self) == bytes)
+            let count = try await pool.query("SELECT cardinality(\(TextArray(["x", "y,z", "}"]))::text[]) AS n")
+            #expect(try count.first?.require("n", as: Int.self) == 3)
+        }
+    }
+
+    @Test func sqlStateIsReported() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url))
+            do {
+                try await pool.query("SELECT * FROM no_such_table")
+                Issue.record("expected an error")
+            } catch let error as PostgresError {
+                #expect(error.sqlState == "42P01")
+                #expect(!error.isUnavailable)
+            }
+            // The connection stays usable after an error.
+            #expect(try await pool.query("SELECT 1 AS one").first?.require("one", as: Int.self) == 1)
+        }
+    }
+
+    @Test func transactionsCommitOrRollBack() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url))
+            try await pool.query("CREATE TABLE t (v int PRIMARY KEY)")
+            try await pool.withTransaction { try await $0.query("INSERT INTO t VALUES (\(1))") }
+            do {
+                try await pool.withTransaction { c in
+                    try await c.query("INSERT INTO t VALUES (\(2))")
+                    try await c.query("INSERT INTO t VALUES (\(1))")
+                }
+            } catch let error as PostgresError {
+                #expect(error.sqlState == PostgresError.uniqueViolation)
+            }
+            let rows = try await pool.query("SELECT count(*) AS n FROM t")
+            #expect(try rows.first?.require("n", as: Int.self) == 1)
+        }
+    }
+
+    @Test func blockingCallsRunOffTheCooperativePool() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 8))
+            let start = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 { group.addTask { try await pool.query("SELECT pg_sleep(0.3)") } }
+                try await group.waitForAll()
+            }
+            // Eight 0.3 s sleeps on two cooperative threads would take 1.2 s; on their own queues ~0.3 s.
+            #expect(ContinuousClock.now - start < .milliseconds(1000))
+        }
+    }
+
+    @Test func poolWaitsAndTimesOut() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 1, acquireTimeout: .milliseconds(200)))
+            async let slow: PostgresRows = pool.query("SELECT pg_sleep(0.6)")
+            try await Task.sleep(for: .milliseconds(50))
+            do {
+                try await pool.query("SELECT 1")
+                Issue.record("expected a pool timeout")
+            } catch let error as PostgresError {
+                #expect(error.code == .poolTimeout)
+                #expect(error.isUnavailable)
+            }
+            _ = try await slow
+            #expect(try await pool.query("SELECT 1 AS one").count == 1)
+        }
+    }
+
+    @Test func reconnectsAfterTheServerDropsTheConnection() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 1))
+            let pid = try #require(try await pool.query("SELECT pg_backend_pid() AS p").first?.require("p", as: Int.self))
+            let admin = try await PostgresConnection.connect(url)
+            try await admin.query("SELECT pg_terminate_backend(\(pid))")
+            var recovered = false
+            for _ in 0..<3 where !recovered {
+                recovered = (try? await pool.query("SELECT 1 AS one")) != nil
+            }
+            #expect(recovered)
+        }
+    }
+
+    @Test func unreachableDatabaseFailsFastAsUnavailable() async throws {
+        let pool = PostgresPool(.init(conninfo: "host=127.0.0.1 port=1 dbname=x user=x connect_timeout=2"))
+        for _ in 0..<3 {
+            do {
+                try await pool.query("SELECT 1")
+                Issue.record("expected failure")
+            } catch let error as PostgresError {
+                #expect(error.isUnavailable)
+            }
+        }
+    }
+
+    @Test func concurrentMigratorsApplyEachMigrationOnce() async throws {
+        try await withDatabase { url in
+            let migrator = Migrator(migrations: [
+                Migration(version: 1, name: "one", sql: "CREATE TABLE one (v int); INSERT INTO one VALUES (1)"),
+                Migration(version: 2, name: "two", sql: "INSERT INTO one VALUES (2)"),
+            ])
+            let applied = try await withThrowingTaskGroup(of: [Int].self) { group in
+                for _ in 0..<3 { group.addTask { try await migrator.migrate(conninfo: url) } }
+                var all: [Int] = []
+                for try await a in group { all += a }
+                return all
+            }
+            #expect(applied.sorted() == [1, 2])
+            let pool = PostgresPool(.init(conninfo: url))
+            #expect(try await pool.query("SELECT count(*) AS n FROM one").first?.require("n", as: Int.self) == 2)
+            #expect(try await migrator.isCurrent(on: pool))
+        }
+    }
+}
