@@ -26,7 +26,10 @@ let package = Package(
             name: "Registry", dependencies: ["Postgres", "Crypto", "JSON"],
             resources: [.embedInCode("Migrations")],
             swiftSettings: swiftSettings),
-        .target(name: "API", dependencies: ["HTTP", "Registry", "JSON"], swiftSettings: swiftSettings),
+        .target(
+            name: "API", dependencies: ["HTTP", "Registry", "JSON"],
+            resources: [.embedInCode("Resources/openapi.yaml")],
+            swiftSettings: swiftSettings),
         .executableTarget(name: "token-registry", dependencies: ["API"], swiftSettings: swiftSettings),
         .target(
             name: "TokenRegistryTesting", dependencies: ["API", "HTTP", "Postgres", "Registry"],

@@ -24,9 +24,9 @@ public struct EmbeddedPostgres: Sendable {
 
     /// Creates the cluster on first use, starts it unless it already runs, creates the database.
     ///
-    /// - Returns: the connection string.
+    /// - Returns: the connection string, and whether this call started the server (so the caller stops it).
     /// - Throws: ``PostgresError`` `.connectionFailed` with an actionable message (binaries missing, start failed).
-    public func start() async throws -> String {
+    public func start() async throws -> (conninfo: String, started: Bool) {
         let bin = try EmbeddedPostgres.binaryDirectory()
         let asRoot = getuid() == 0
         try FileManager.default.createDirectory(atPath: socketDirectory, withIntermediateDirectories: true)
@@ -41,8 +41,15 @@ public struct EmbeddedPostgres: Sendable {
         let running = (try? run(bin + "/pg_ctl", ["-D", dataDirectory, "status"], asPostgres: asRoot)) != nil
         if !running {
             let options = "-k \(socketDirectory) -c listen_addresses='' -p \(port)"
-            try run(bin + "/pg_ctl", ["-D", dataDirectory, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options, "start"],
-                    asPostgres: asRoot)
+            // The server inherits pg_ctl's output; a pipe would stay open for the server's lifetime, so discard it
+            // (the server writes its own log to server.log).
+            do {
+                try run(bin + "/pg_ctl", ["-D", dataDirectory, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options, "start"],
+                        asPostgres: asRoot, captureOutput: false)
+            } catch let error as PostgresError {
+                let log = (try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? ""
+                throw PostgresError(.connectionFailed, message: error.message + " " + String(log.suffix(2000)))
+            }
         }
         let admin = try await PostgresConnection.connect("host=\(socketDirectory) port=\(port) dbname=postgres user=postgres")
         let exists = try await admin.query("SELECT 1 FROM pg_database WHERE datname = \(database)")
@@ -50,7 +57,7 @@ public struct EmbeddedPostgres: Sendable {
             let quoted = "\"" + database.replacingOccurrences(of: "\"", with: "\"\"") + "\""
             try await admin.execute("CREATE DATABASE \(quoted)")
         }
-        return conninfo
+        return (conninfo, !running)
     }
 
     /// Stops the cluster (fast shutdown: open sessions are ended, committed data is safe).
@@ -73,7 +80,7 @@ public struct EmbeddedPostgres: Sendable {
     }
 
     @discardableResult
-    private func run(_ executable: String, _ arguments: [String], asPostgres: Bool) throws -> String {
+    private func run(_ executable: String, _ arguments: [String], asPostgres: Bool, captureOutput: Bool = true) throws -> String {
         let process = Process()
         if asPostgres {
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
@@ -83,10 +90,10 @@ public struct EmbeddedPostgres: Sendable {
             process.arguments = arguments
         }
         let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
+        process.standardOutput = captureOutput ? pipe : FileHandle.nullDevice
+        process.standardError = captureOutput ? pipe : FileHandle.nullDevice
         try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let output = captureOutput ? String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) : ""
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
             throw PostgresError(.connectionFailed, message:

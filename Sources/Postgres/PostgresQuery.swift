@@ -40,6 +40,12 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
             sql += "$\(binds.count)"
         }
 
+        /// Binds an optional value; nil becomes SQL NULL.
+        public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value?) {
+            binds.append(value?.postgresText ?? nil)
+            sql += "$\(binds.count)"
+        }
+
         /// Appends trusted SQL text as is (identifiers, fragments the code chose); never pass client input.
         public mutating func appendInterpolation(unsafeSQL fragment: String) { sql += fragment }
     }

@@ -1,0 +1,84 @@
+import Foundation
+import HTTP
+
+/// A configuration value that could not be used; start-up stops with this message.
+public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
+    public let variable: String
+    public let problem: String
+    public var description: String { "invalid configuration: \(variable) \(problem)" }
+}
+
+/// Everything the service reads from its environment. Each variable is documented in the README.
+public struct Configuration: Sendable {
+    /// libpq connection string or URL; nil means "start the embedded cluster under ./.data/postgres".
+    public var databaseURL: String?
+    public var http: HTTPServer.Configuration
+    public var logLevel: Logger.Level = .info
+    public var databasePoolSize = 16
+    public var drainTimeoutSeconds = 10.0
+    /// Installation creates per second, per API key and per client address (bursts of twice that).
+    public var createRatePerKey = 500.0
+    public var createRatePerAddress = 100.0
+    /// Take the client address from the first `X-Forwarded-For` entry (only behind a trusted proxy).
+    public var trustForwardedFor = false
+
+    public init(databaseURL: String? = nil, http: HTTPServer.Configuration = HTTPServer.Configuration()) {
+        self.databaseURL = databaseURL
+        self.http = http
+    }
+
+    /// Reads the environment.
+    ///
+    /// - Throws: ``ConfigurationError`` naming the first variable whose value is not usable.
+    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> Configuration {
+        var c = Configuration()
+        let reader = EnvironmentReader(env: env)
+        c.databaseURL = env["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        c.http.host = env["HOST"] ?? "0.0.0.0"
+        guard c.http.host.split(separator: ".").count == 4 || c.http.host == "localhost" else {
+            throw ConfigurationError(variable: "HOST", problem: "must be an IPv4 address such as 0.0.0.0 or 127.0.0.1")
+        }
+        c.http.port = try reader.int("PORT", default: 8080, range: 0...65535)
+        if let level = env["LOG_LEVEL"] {
+            guard let parsed = Logger.Level(name: level) else {
+                throw ConfigurationError(variable: "LOG_LEVEL", problem: "must be debug, info, warning or error")
+            }
+            c.logLevel = parsed
+        }
+        c.http.eventLoops = try reader.int("EVENT_LOOPS", default: ProcessInfo.processInfo.activeProcessorCount, range: 1...256)
+        c.http.maxConnections = try reader.int("MAX_CONNECTIONS", default: 16_384, range: 1...1_000_000)
+        c.http.limits.maxBodyBytes = try reader.int("MAX_BODY_BYTES", default: 1_048_576, range: 1024...64 * 1_048_576)
+        c.http.limits.maxHeaderBytes = try reader.int("MAX_HEADER_BYTES", default: 32_768, range: 1024...1_048_576)
+        c.http.limits.maxHeaderCount = try reader.int("MAX_HEADER_COUNT", default: 100, range: 8...10_000)
+        c.http.limits.maxRequestLineBytes = try reader.int("MAX_REQUEST_LINE_BYTES", default: 8192, range: 256...1_048_576)
+        c.http.requestTimeoutMillis = UInt64(try reader.int("REQUEST_TIMEOUT_MS", default: 10_000, range: 100...600_000))
+        c.http.idleTimeoutMillis = UInt64(try reader.int("IDLE_TIMEOUT_MS", default: 75_000, range: 100...3_600_000))
+        c.drainTimeoutSeconds = Double(try reader.int("DRAIN_TIMEOUT_SECONDS", default: 10, range: 0...3600))
+        c.databasePoolSize = try reader.int("DB_POOL_SIZE", default: 16, range: 1...1000)
+        c.createRatePerKey = Double(try reader.int("RATE_LIMIT_CREATE_PER_KEY", default: 500, range: 0...1_000_000))
+        c.createRatePerAddress = Double(try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))
+        c.trustForwardedFor = try reader.bool("TRUST_FORWARDED_FOR", default: false)
+        return c
+    }
+}
+
+struct EnvironmentReader {
+    let env: [String: String]
+
+    func int(_ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
+        guard let text = env[name] else { return value }
+        guard let parsed = Int(text.trimmingCharacters(in: " ")), range.contains(parsed) else {
+            throw ConfigurationError(variable: name, problem: "must be a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text.prefix(40))'")
+        }
+        return parsed
+    }
+
+    func bool(_ name: String, default value: Bool) throws -> Bool {
+        guard let text = env[name] else { return value }
+        switch text.lowercased() {
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off": return false
+        default: throw ConfigurationError(variable: name, problem: "must be true or false, not '\(text.prefix(40))'")
+        }
+    }
+}

@@ -1,0 +1,108 @@
+import HTTP
+import JSON
+import Registry
+
+/// Firebase Installations (FIS v1): create, generate auth token, delete; plus the server-side deletes.
+struct InstallationsController {
+    let auth: Authenticator
+    let installations: InstallationService
+    let catalog: Catalog
+    let createLimits: CreateLimits
+
+    struct CreateLimits: Sendable {
+        let perKey: RateLimiter
+        let perAddress: RateLimiter
+        let trustForwardedFor: Bool
+    }
+
+    func register(_ routes: inout Routes) {
+        routes.add("POST", "/v1/projects/{project}/installations", create)
+        routes.add("POST", "/v1/projects/{project}/installations/{fid}/authTokens:generate", generate)
+        routes.add("DELETE", "/v1/projects/{project}/installations/{fid}", delete)
+        routes.add("DELETE", "/v1/project/{project}/instanceId/{fid}", adminDelete)
+    }
+
+    func create(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        let apiKeyApp = try await auth.app(context, project: project)
+        try limit(context, apiKey: apiKeyApp.apiKey)
+        let body = FieldReader(try context.jsonObject())
+        let appID = try body.string("appId", required: true, maxBytes: 128, allowEmpty: false)!
+        guard Identifiers.isValidAppID(appID) else { throw APIError.invalid("appId: not a valid app ID (1:<number>:<platform>:<id>)") }
+        guard let app = try await catalog.app(id: appID) else { throw APIError.invalid("appId: no such app") }
+        guard app.projectID == project.id else { throw APIError.permissionDenied("appId: the app does not belong to project \(project.id)") }
+        if let version = try body.string("authVersion", maxBytes: 32), version != "FIS_v2" {
+            throw APIError.invalid("authVersion: only FIS_v2 is supported")
+        }
+        let sdkVersion = try body.text("sdkVersion", maxBytes: 64)
+        // Any fid is accepted here; an empty, malformed or taken one is replaced in the response.
+        let requested = try? body.string("fid", maxBytes: 256)
+        let created = try await installations.create(project: project, app: app, requestedFID: requested ?? nil, sdkVersion: sdkVersion)
+        return .json([
+            "name": .string(created.name), "fid": .string(created.fid), "refreshToken": .string(created.refreshToken),
+            "authToken": ["token": .string(created.authToken.token), "expiresIn": .string("\(created.authToken.expiresIn)s")],
+        ])
+    }
+
+    func generate(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        try await auth.optionalApp(context, project: project)
+        let refreshToken = try auth.refreshToken(context)
+        // The body is optional ({"installation":{"sdkVersion","appId"?}}); check its shape when present.
+        let body = FieldReader(try context.jsonObject(allowEmpty: true))
+        if let installation = try body.object("installation") {
+            _ = try installation.text("sdkVersion", maxBytes: 64)
+            _ = try installation.string("appId", maxBytes: 128)
+        }
+        let token = try await installations.generateAuthToken(project: project, fid: context.parameter("fid"), refreshToken: refreshToken)
+        return .json(["token": .string(token.token), "expiresIn": .string("\(token.expiresIn)s")])
+    }
+
+    /// The client deletes itself with its refresh token; an app backend deletes with its server key.
+    func delete(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        let fid = context.parameter("fid")
+        if auth.hasServerKey(context) {
+            try await auth.server(context, project: project)
+            try await serverDelete(project: project, fid: fid)
+            return .json([:])
+        }
+        try await auth.optionalApp(context, project: project)
+        let refreshToken = try auth.refreshToken(context)
+        _ = try await installations.authenticate(project: project, fid: fid, refreshToken: refreshToken)
+        guard try await installations.delete(project: project, fid: fid) else {
+            throw APIError.notFound("installation \(fid) not found")
+        }
+        return .json([:])
+    }
+
+    /// The admin SDKs' route (`delete_instance_id`, `deleteInstallation`): 404 unknown, 409 already deleted.
+    func adminDelete(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        try await auth.server(context, project: project)
+        try await serverDelete(project: project, fid: context.parameter("fid"))
+        return .json([:])
+    }
+
+    private func serverDelete(project: Project, fid: String) async throws {
+        guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
+        if try await installations.delete(project: project, fid: fid) { return }
+        if try await installations.wasDeleted(project: project, fid: fid) {
+            throw APIError(409, "ABORTED", "installation \(fid) was already deleted")
+        }
+        throw APIError.notFound("installation \(fid) not found")
+    }
+
+    private func limit(_ context: RequestContext, apiKey: String) throws {
+        var address = String(context.request.remoteAddress.split(separator: ":").first ?? "")
+        if createLimits.trustForwardedFor, let forwarded = context.header("x-forwarded-for")?.split(separator: ",").first {
+            address = forwarded.trimmingCharacters(in: " ")
+        }
+        let wait = createLimits.perKey.acquire(apiKey) ?? createLimits.perAddress.acquire(address)
+        if let wait {
+            var error = APIError(429, "RESOURCE_EXHAUSTED", "too many installations created; retry after \(wait) s")
+            error.headers.add(name: "retry-after", value: String(wait))
+            throw error
+        }
+    }
+}

@@ -1,0 +1,92 @@
+import Synchronization
+
+/// Request counters and a latency histogram per route template, rendered as Prometheus text.
+public final class Metrics: Sendable {
+    static let buckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+
+    private struct Key: Hashable {
+        let method: String
+        let route: String
+        let status: Int
+    }
+
+    private struct Histogram {
+        var counts = [Int](repeating: 0, count: Metrics.buckets.count)
+        var sum = 0.0
+        var count = 0
+    }
+
+    private struct State {
+        var requests: [Key: Int] = [:]
+        var latency: [String: Histogram] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Records one request; `route` is the template, never the raw path (so cardinality stays bounded).
+    public func observe(method: String, route: String, status: Int, seconds: Double) {
+        state.withLock { s in
+            s.requests[Key(method: method, route: route, status: status), default: 0] += 1
+            var h = s.latency[route] ?? Histogram()
+            for (i, bound) in Metrics.buckets.enumerated() where seconds <= bound { h.counts[i] += 1 }
+            h.sum += seconds
+            h.count += 1
+            s.latency[route] = h
+        }
+    }
+
+    /// The Prometheus exposition text, followed by `extra` lines (gauges read at scrape time).
+    public func render(extra: [String] = []) -> String {
+        let snapshot = state.withLock { $0 }
+        var out = "# HELP http_requests_total Requests answered, by method, route template and status.\n"
+        out += "# TYPE http_requests_total counter\n"
+        for (key, value) in snapshot.requests.sorted(by: { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }) {
+            out += "http_requests_total{method=\"\(key.method)\",route=\"\(escape(key.route))\",status=\"\(key.status)\"} \(value)\n"
+        }
+        out += "# HELP http_request_duration_seconds Time from parsed request to response, by route template.\n"
+        out += "# TYPE http_request_duration_seconds histogram\n"
+        for (route, h) in snapshot.latency.sorted(by: { $0.key < $1.key }) {
+            let label = escape(route)
+            for (i, bound) in Metrics.buckets.enumerated() {
+                out += "http_request_duration_seconds_bucket{route=\"\(label)\",le=\"\(bound)\"} \(h.counts[i])\n"
+            }
+            out += "http_request_duration_seconds_bucket{route=\"\(label)\",le=\"+Inf\"} \(h.count)\n"
+            out += "http_request_duration_seconds_sum{route=\"\(label)\"} \(h.sum)\n"
+            out += "http_request_duration_seconds_count{route=\"\(label)\"} \(h.count)\n"
+        }
+        for line in extra { out += line + "\n" }
+        return out
+    }
+
+    private func escape(_ s: String) -> String {
+        s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+    }
+}
+
+extension String {
+    func replacingOccurrences(of target: String, with replacement: String) -> String {
+        guard !target.isEmpty, contains(target) else { return self }
+        var result = ""
+        var rest = Substring(self)
+        while let range = rest.range(of: target) {
+            result += rest[..<range.lowerBound]
+            result += replacement
+            rest = rest[range.upperBound...]
+        }
+        return result + rest
+    }
+}
+
+extension Substring {
+    func range(of target: String) -> Range<Substring.Index>? {
+        guard !target.isEmpty else { return nil }
+        var index = startIndex
+        while index < endIndex {
+            if self[index...].hasPrefix(target) { return index..<self.index(index, offsetBy: target.count) }
+            index = self.index(after: index)
+        }
+        return nil
+    }
+}

@@ -1,0 +1,98 @@
+import HTTP
+import JSON
+
+/// A request on its way through a handler: the parsed request, its path parameters, and its id.
+public struct RequestContext: Sendable {
+    public let request: HTTPRequest
+    public let parameters: [String: String]
+    public let requestID: String
+    public let template: String
+
+    /// A path parameter the route template declares.
+    public func parameter(_ name: String) -> String { parameters[name] ?? "" }
+
+    /// The body as a JSON object; an empty body counts as `{}` when `allowEmpty`.
+    ///
+    /// JSON is parsed whatever the `Content-Type` says (firebase-messaging sends JSON as `text/plain`).
+    public func jsonObject(allowEmpty: Bool = false) throws -> JSONValue {
+        if request.body.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0a || $0 == 0x0d }) {
+            if allowEmpty { return .object([]) }
+            throw APIError.invalid("the request body must be a JSON object")
+        }
+        let value = try JSONParser.parse(request.body)
+        guard case .object = value else { throw APIError.invalid("the request body must be a JSON object, not \(value.typeName)") }
+        return value
+    }
+
+    public func header(_ name: String) -> String? { request.headers[name] }
+}
+
+/// Reads fields of a JSON object with type and size checks; every error names the field.
+public struct FieldReader {
+    public let object: JSONValue
+    public let path: String
+
+    public init(_ object: JSONValue, path: String = "") {
+        self.object = object
+        self.path = path
+    }
+
+    func name(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
+
+    /// A string member. Absent or null gives nil; `required` makes that an error.
+    public func string(_ key: String, required: Bool = false, maxBytes: Int = 1024, allowEmpty: Bool = true) throws -> String? {
+        guard let value = object[key], !value.isNull else {
+            if required { throw APIError.invalid("\(name(key)): required field is missing") }
+            return nil
+        }
+        guard let s = value.stringValue else { throw APIError.invalid("\(name(key)): must be a string, not \(value.typeName)") }
+        guard s.utf8.count <= maxBytes else { throw APIError.invalid("\(name(key)): longer than \(maxBytes) bytes") }
+        if !allowEmpty && s.isEmpty { throw APIError.invalid("\(name(key)): must not be empty") }
+        return s
+    }
+
+    /// A string of printable characters only (no control characters).
+    public func text(_ key: String, required: Bool = false, maxBytes: Int = 256) throws -> String? {
+        guard let s = try string(key, required: required, maxBytes: maxBytes) else { return nil }
+        guard s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7f && !(0x80..<0xa0).contains($0.value) }) else {
+            throw APIError.invalid("\(name(key)): must not contain control characters")
+        }
+        return s
+    }
+
+    public func bool(_ key: String, required: Bool = false) throws -> Bool? {
+        guard let value = object[key], !value.isNull else {
+            if required { throw APIError.invalid("\(name(key)): required field is missing") }
+            return nil
+        }
+        guard let b = value.boolValue else { throw APIError.invalid("\(name(key)): must be a boolean, not \(value.typeName)") }
+        return b
+    }
+
+    /// A nested object member, as a reader; nil when absent or null.
+    public func object(_ key: String, required: Bool = false) throws -> FieldReader? {
+        guard let value = object[key], !value.isNull else {
+            if required { throw APIError.invalid("\(name(key)): required field is missing") }
+            return nil
+        }
+        guard case .object = value else { throw APIError.invalid("\(name(key)): must be an object, not \(value.typeName)") }
+        return FieldReader(value, path: name(key))
+    }
+
+    public func array(_ key: String, required: Bool = false, maxCount: Int) throws -> [JSONValue]? {
+        guard let value = object[key], !value.isNull else {
+            if required { throw APIError.invalid("\(name(key)): required field is missing") }
+            return nil
+        }
+        guard let items = value.arrayValue else { throw APIError.invalid("\(name(key)): must be an array, not \(value.typeName)") }
+        guard items.count <= maxCount else { throw APIError.invalid("\(name(key)): more than \(maxCount) items") }
+        return items
+    }
+}
+
+/// JSON responses.
+extension HTTPResponse {
+    public static func json(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
+        HTTPResponse(status: status, headers: ["content-type": "application/json; charset=utf-8"], body: value.encoded())
+    }
+}

@@ -1,0 +1,139 @@
+import Crypto
+import Foundation
+import Postgres
+import Synchronization
+
+/// A project: its ID and number (clients may name it by either).
+public struct Project: Sendable, Equatable {
+    public let id: String
+    public let number: Int64
+
+    public init(id: String, number: Int64) {
+        self.id = id
+        self.number = number
+    }
+}
+
+/// An app of a project, as registered with `token-registry app create`.
+public struct App: Sendable, Equatable {
+    public let id: String
+    public let projectID: String
+    public let platform: Platform
+    public let bundleID: String?
+    public let apiKey: String
+    public let autoInitDefault: Bool
+}
+
+/// Storage of projects, apps and server keys.
+public protocol CatalogStore: Sendable {
+    func insertProject(_ project: Project, serverKeyHash: [UInt8]) async throws
+    func addServerKey(projectID: String, keyHash: [UInt8]) async throws
+    func insertApp(_ app: App) async throws
+    func project(idOrNumber: String) async throws -> Project?
+    func app(id: String) async throws -> App?
+    func app(apiKey: String) async throws -> App?
+    func projectID(serverKeyHash: [UInt8]) async throws -> String?
+}
+
+/// Projects, apps and server keys, with a short-lived cache in front of the store: these rows change rarely and
+/// are read on every request. A rotated-out server key stops working within ``cacheTTL``.
+public final class Catalog: Sendable {
+    public static let cacheTTL: TimeInterval = 30
+
+    private struct Entry<Value: Sendable>: Sendable {
+        let value: Value?
+        let expires: Date
+    }
+
+    public let store: any CatalogStore
+    private let projects = Mutex<[String: Entry<Project>]>([:])
+    private let apps = Mutex<[String: Entry<App>]>([:])
+    private let keys = Mutex<[[UInt8]: Entry<String>]>([:])
+
+    public init(store: any CatalogStore) { self.store = store }
+
+    // MARK: - Administration (CLI)
+
+    /// Creates a project and its first server key.
+    ///
+    /// - Returns: the server key, which is stored only as a hash and shown this once.
+    public func createProject(id: String, number: Int64) async throws -> String {
+        guard Identifiers.isValidProjectID(id) else {
+            throw RegistryError.invalid("id", "project IDs are 6-30 lower-case letters, digits and hyphens, starting with a letter")
+        }
+        guard number > 0, number < 1_000_000_000_000_000 else { throw RegistryError.invalid("number", "must be a positive number of at most 18 digits") }
+        let key = try Identifiers.newServerKey()
+        try await store.insertProject(Project(id: id, number: number), serverKeyHash: SHA256.hash(key))
+        return key
+    }
+
+    /// Adds another server key to a project (for rotation); returns it once.
+    public func addServerKey(project: Project) async throws -> String {
+        let key = try Identifiers.newServerKey()
+        try await store.addServerKey(projectID: project.id, keyHash: SHA256.hash(key))
+        return key
+    }
+
+    public func createApp(project: Project, platform: Platform, bundleID: String?, autoInitDefault: Bool) async throws -> App {
+        if let bundleID, bundleID.isEmpty || !Identifiers.isPlainText(bundleID, limit: 255) || bundleID.contains(" ") {
+            throw RegistryError.invalid("bundle-id", "must be 1-255 printable characters without spaces")
+        }
+        let app = App(id: try Identifiers.newAppID(projectNumber: project.number, platform: platform), projectID: project.id,
+                      platform: platform, bundleID: bundleID, apiKey: try Identifiers.newAPIKey(), autoInitDefault: autoInitDefault)
+        try await store.insertApp(app)
+        return app
+    }
+
+    // MARK: - Look-ups (cached)
+
+    /// The project named by ID or number, as `{project}` in a path.
+    public func project(_ reference: String) async throws -> Project? {
+        if let hit = cached(projects, reference) { return hit.value }
+        guard reference.utf8.count <= 64 else { return nil }
+        let project = try await store.project(idOrNumber: reference)
+        remember(projects, reference, project)
+        return project
+    }
+
+    public func app(id: String) async throws -> App? {
+        guard id.utf8.count <= 128 else { return nil }
+        if let hit = cached(apps, "id:" + id) { return hit.value }
+        let app = try await store.app(id: id)
+        remember(apps, "id:" + id, app)
+        return app
+    }
+
+    public func app(apiKey: String) async throws -> App? {
+        guard Identifiers.isValidAPIKey(apiKey) else { return nil }
+        if let hit = cached(apps, "key:" + apiKey) { return hit.value }
+        let app = try await store.app(apiKey: apiKey)
+        remember(apps, "key:" + apiKey, app)
+        return app
+    }
+
+    /// The project a server key belongs to, or nil for an unknown key.
+    public func projectID(serverKey: String) async throws -> String? {
+        guard (1...256).contains(serverKey.utf8.count) else { return nil }
+        let hash = SHA256.hash(serverKey)
+        if let hit = cached(keys, hash) { return hit.value }
+        let project = try await store.projectID(serverKeyHash: hash)
+        remember(keys, hash, project)
+        return project
+    }
+
+    private func cached<K: Hashable & Sendable, V: Sendable>(_ cache: borrowing Mutex<[K: Entry<V>]>, _ key: K) -> Entry<V>? {
+        cache.withLock { entries in
+            guard let entry = entries[key] else { return nil }
+            return entry.expires > Date() ? entry : nil
+        }
+    }
+
+    private func remember<K: Hashable & Sendable, V: Sendable>(_ cache: borrowing Mutex<[K: Entry<V>]>, _ key: K, _ value: V?) {
+        // Misses are cached for a shorter time so a newly created project shows up quickly.
+        let ttl = value == nil ? 2 : Catalog.cacheTTL
+        cache.withLock { entries in
+            if entries.count > 50_000 { entries.removeAll() }
+            entries[key] = Entry(value: value, expires: Date().addingTimeInterval(ttl))
+        }
+    }
+}

@@ -1,0 +1,27 @@
+import Foundation
+import Synchronization
+
+/// Where the registry reads the time. Jobs and rules take it from here, so a test can move through
+/// 180 days in a second.
+public protocol Clock: Sendable {
+    func now() -> Date
+}
+
+/// The system's wall clock.
+public struct SystemClock: Clock {
+    public init() {}
+    public func now() -> Date { Date() }
+}
+
+/// A clock that stands still until moved; for tests and `jobs run --now`.
+public final class ManualClock: Clock {
+    private let current: Mutex<Date>
+
+    public init(_ date: Date) { current = Mutex(date) }
+
+    public func now() -> Date { current.withLock { $0 } }
+
+    public func set(_ date: Date) { current.withLock { $0 = date } }
+
+    public func advance(by seconds: TimeInterval) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
+}

@@ -1,0 +1,39 @@
+import Foundation
+
+/// One app installation (FID) and the hash of its refresh token.
+public struct Installation: Sendable, Equatable {
+    public let projectID: String
+    public let fid: String
+    public let appID: String
+    public let refreshTokenHash: [UInt8]
+    public let sdkVersion: String?
+    public let createdAt: Date
+    public let lastSeenAt: Date
+
+    public init(projectID: String, fid: String, appID: String, refreshTokenHash: [UInt8], sdkVersion: String?,
+                createdAt: Date, lastSeenAt: Date) {
+        self.projectID = projectID
+        self.fid = fid
+        self.appID = appID
+        self.refreshTokenHash = refreshTokenHash
+        self.sdkVersion = sdkVersion
+        self.createdAt = createdAt
+        self.lastSeenAt = lastSeenAt
+    }
+}
+
+/// Storage of installations.
+public protocol InstallationStore: Sendable {
+    /// Inserts the installation with its initial messaging consent (recorded in the ledger as the app default).
+    ///
+    /// - Returns: false when the FID is taken: live in the project, or retired by a deletion.
+    func create(_ installation: Installation, fidHMAC: [UInt8], initialConsent: Bool) async throws -> Bool
+    func find(projectID: String, fid: String) async throws -> Installation?
+    func touch(projectID: String, fid: String, at: Date) async throws
+    /// Removes the installation and everything keyed by it, and retires the FID.
+    ///
+    /// - Returns: false when there was no such installation.
+    func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date) async throws -> Bool
+    /// True when this FID was deleted before (it is never handed out again).
+    func isRetired(projectID: String, fidHMAC: [UInt8]) async throws -> Bool
+}

@@ -1,0 +1,111 @@
+import Crypto
+import Foundation
+
+/// What a create returns, in Firebase's terms.
+public struct CreatedInstallation: Sendable {
+    public let name: String
+    public let fid: String
+    public let refreshToken: String
+    public let authToken: AuthToken
+}
+
+/// The installation rules: FIDs, refresh tokens, auth tokens, deletion.
+public struct InstallationService: Sendable {
+    public let store: any InstallationStore
+    public let tokens: TokenIssuer
+    public let clock: any Clock
+    /// Key of the FID hashes kept after deletion.
+    let fidKey: [UInt8]
+    /// `last_seen_at` is written at most this often per installation, not on every request.
+    public var lastSeenResolution: TimeInterval = 3600
+
+    public init(store: any InstallationStore, tokens: TokenIssuer, clock: any Clock, fidKey: [UInt8]) {
+        self.store = store
+        self.tokens = tokens
+        self.clock = clock
+        self.fidKey = fidKey
+    }
+
+    /// The keyed hash under which a deleted FID is remembered.
+    public func fidHMAC(projectID: String, fid: String) -> [UInt8] {
+        HMACSHA256.authenticate(Array((projectID + "\u{0}" + fid).utf8), key: fidKey)
+    }
+
+    /// Creates an installation. An FID that is empty, malformed, in use or deleted before is replaced by a fresh
+    /// one, which the response carries (every Firebase SDK adopts the FID the server returns).
+    public func create(project: Project, app: App, requestedFID: String?, sdkVersion: String?) async throws -> CreatedInstallation {
+        var candidate = try requestedFID.flatMap { Identifiers.isValidFID($0) ? $0 : nil } ?? Identifiers.newFID()
+        for _ in 0..<5 {
+            let refreshToken = try Identifiers.newRefreshToken()
+            let now = clock.now()
+            let installation = Installation(projectID: project.id, fid: candidate, appID: app.id,
+                                            refreshTokenHash: SHA256.hash(refreshToken), sdkVersion: sdkVersion,
+                                            createdAt: now, lastSeenAt: now)
+            if try await store.create(installation, fidHMAC: fidHMAC(projectID: project.id, fid: candidate),
+                                      initialConsent: app.autoInitDefault) {
+                let token = try await tokens.mint(appID: app.id, fid: candidate, projectNumber: project.number)
+                return CreatedInstallation(name: "projects/\(project.number)/installations/\(candidate)", fid: candidate,
+                                           refreshToken: refreshToken, authToken: token)
+            }
+            candidate = try Identifiers.newFID()
+        }
+        throw RegistryError(.alreadyExists, "could not allocate an installation ID")
+    }
+
+    /// Checks a refresh token against the installation it claims to belong to.
+    ///
+    /// - Throws: `.notFound` for an unknown FID, `.unauthenticated` for a wrong token.
+    public func authenticate(project: Project, fid: String, refreshToken: String) async throws -> Installation {
+        guard Identifiers.isValidFID(fid), let installation = try await store.find(projectID: project.id, fid: fid) else {
+            throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
+        }
+        guard ConstantTime.equals(SHA256.hash(refreshToken), installation.refreshTokenHash) else {
+            throw RegistryError(.unauthenticated, "the refresh token is not valid for this installation")
+        }
+        return installation
+    }
+
+    /// Mints a new auth token for an installation that proved itself with its refresh token.
+    public func generateAuthToken(project: Project, fid: String, refreshToken: String) async throws -> AuthToken {
+        let installation = try await authenticate(project: project, fid: fid, refreshToken: refreshToken)
+        try await noteActivity(installation)
+        return try await tokens.mint(appID: installation.appID, fid: fid, projectNumber: project.number)
+    }
+
+    /// Records activity, writing only when the stored time is older than ``lastSeenResolution``.
+    public func noteActivity(_ installation: Installation) async throws {
+        let now = clock.now()
+        if now.timeIntervalSince(installation.lastSeenAt) >= lastSeenResolution {
+            try await store.touch(projectID: installation.projectID, fid: installation.fid, at: now)
+        }
+    }
+
+    /// The installation an auth token speaks for; it must still exist (a deleted installation's tokens stop at once).
+    public func authenticate(project: Project, authToken: String) async throws -> Installation {
+        let claims = try await tokens.verify(authToken)
+        guard claims.projectNumber == project.number else {
+            throw RegistryError(.permissionDenied, "the auth token belongs to another project")
+        }
+        guard let installation = try await store.find(projectID: project.id, fid: claims.fid) else {
+            throw RegistryError(.unauthenticated, "the installation of this auth token no longer exists")
+        }
+        return installation
+    }
+
+    public func find(project: Project, fid: String) async throws -> Installation? {
+        guard Identifiers.isValidFID(fid) else { return nil }
+        return try await store.find(projectID: project.id, fid: fid)
+    }
+
+    /// Deletes an installation and retires its FID.
+    ///
+    /// - Returns: false when there was no such installation.
+    public func delete(project: Project, fid: String) async throws -> Bool {
+        try await store.delete(projectID: project.id, fid: fid, fidHMAC: fidHMAC(projectID: project.id, fid: fid), at: clock.now())
+    }
+
+    /// True when the FID was deleted before.
+    public func wasDeleted(project: Project, fid: String) async throws -> Bool {
+        try await store.isRetired(projectID: project.id, fidHMAC: fidHMAC(projectID: project.id, fid: fid))
+    }
+}

@@ -1,0 +1,79 @@
+import Crypto
+import Foundation
+import Postgres
+
+/// ``InstallationStore`` on PostgreSQL.
+public struct PostgresInstallationStore: InstallationStore {
+    let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    public func create(_ i: Installation, fidHMAC: [UInt8], initialConsent: Bool) async throws -> Bool {
+        try await pool.withTransaction { c in
+            let retired = try await c.query(
+                "SELECT 1 FROM retired_fids WHERE project_id = \(i.projectID) AND fid_hmac = \(ByteA(fidHMAC))")
+            guard retired.isEmpty else { return false }
+            let inserted = try await c.query("""
+                INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, sdk_version, created_at, last_seen_at)
+                VALUES (\(i.projectID), \(i.fid), \(i.appID), \(ByteA(i.refreshTokenHash)), \(i.sdkVersion), \(i.createdAt), \(i.lastSeenAt))
+                ON CONFLICT DO NOTHING
+                """)
+            guard inserted.affectedRows == 1 else { return false }
+            try await c.query("""
+                INSERT INTO consents (project_id, fid, purpose, granted, source, actor, updated_at)
+                VALUES (\(i.projectID), \(i.fid), 'messaging', \(initialConsent), 'app-default', 'default', \(i.createdAt))
+                """)
+            try await c.query("""
+                INSERT INTO consent_events (project_id, fid, purpose, granted, previous, actor, source, recorded_at)
+                VALUES (\(i.projectID), \(i.fid), 'messaging', \(initialConsent), NULL, 'default', 'app-default', \(i.createdAt))
+                """)
+            return true
+        }
+    }
+
+    public func find(projectID: String, fid: String) async throws -> Installation? {
+        guard let row = try await pool.query(
+            "SELECT * FROM installations WHERE project_id = \(projectID) AND fid = \(fid)").first
+        else { return nil }
+        return Installation(
+            projectID: try row.require("project_id"), fid: try row.require("fid"), appID: try row.require("app_id"),
+            refreshTokenHash: try row.require("refresh_token_hash", as: ByteA.self).bytes,
+            sdkVersion: try row.decode("sdk_version"), createdAt: try row.require("created_at"),
+            lastSeenAt: try row.require("last_seen_at"))
+    }
+
+    public func touch(projectID: String, fid: String, at: Date) async throws {
+        try await pool.query(
+            "UPDATE installations SET last_seen_at = \(at) WHERE project_id = \(projectID) AND fid = \(fid) AND last_seen_at < \(at)")
+    }
+
+    public func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date) async throws -> Bool {
+        try await pool.withTransaction { c in
+            let deleted = try await c.query("DELETE FROM installations WHERE project_id = \(projectID) AND fid = \(fid)")
+            guard deleted.affectedRows == 1 else { return false }
+            try await c.query("DELETE FROM consent_events WHERE project_id = \(projectID) AND fid = \(fid)")
+            try await c.query("""
+                INSERT INTO retired_fids (project_id, fid_hmac, retired_at) VALUES (\(projectID), \(ByteA(fidHMAC)), \(at))
+                ON CONFLICT DO NOTHING
+                """)
+            return true
+        }
+    }
+
+    public func isRetired(projectID: String, fidHMAC: [UInt8]) async throws -> Bool {
+        !(try await pool.query("SELECT 1 FROM retired_fids WHERE project_id = \(projectID) AND fid_hmac = \(ByteA(fidHMAC))").isEmpty)
+    }
+}
+
+/// Secrets the service generates for itself and keeps in `server_secrets`, shared by every replica.
+public enum ServerSecrets {
+    /// The named secret, created (32 random bytes) by whichever replica asks first.
+    public static func load(_ name: String, pool: PostgresPool) async throws -> [UInt8] {
+        let candidate = ByteA(try SecureRandom.bytes(32))
+        try await pool.query("INSERT INTO server_secrets (name, secret) VALUES (\(name), \(candidate)) ON CONFLICT DO NOTHING")
+        guard let row = try await pool.query("SELECT secret FROM server_secrets WHERE name = \(name)").first else {
+            throw PostgresError(.server, message: "server secret \(name) missing")
+        }
+        return try row.require("secret", as: ByteA.self).bytes
+    }
+}

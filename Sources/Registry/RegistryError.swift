@@ -1,0 +1,34 @@
+/// A rule the request broke, in terms the API maps to a status once, in one place.
+public struct RegistryError: Error, Sendable, Equatable, CustomStringConvertible {
+    public struct Kind: Sendable, Hashable {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        public static let invalidArgument = Kind("invalidArgument")
+        public static let unauthenticated = Kind("unauthenticated")
+        public static let permissionDenied = Kind("permissionDenied")
+        public static let notFound = Kind("notFound")
+        public static let alreadyExists = Kind("alreadyExists")
+        /// The request is valid but the resource is not in a state that allows it (e.g. consent withdrawn).
+        public static let failedPrecondition = Kind("failedPrecondition")
+        /// Gone for good (deleted installation, for routes that tell it apart from unknown).
+        public static let conflict = Kind("conflict")
+        public static let resourceExhausted = Kind("resourceExhausted")
+    }
+
+    public let kind: Kind
+    public let message: String
+    /// The request field at fault, when one is.
+    public let field: String?
+
+    public init(_ kind: Kind, _ message: String, field: String? = nil) {
+        self.kind = kind
+        self.message = message
+        self.field = field
+    }
+
+    public static func invalid(_ field: String, _ message: String) -> RegistryError {
+        RegistryError(.invalidArgument, "\(field): \(message)", field: field)
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,10 @@
+import Postgres
+
+/// The registry's schema: numbered SQL files under `Migrations/`, compiled into the binary.
+public enum Schema {
+    public static let migrations: [Migration] = [
+        Migration(version: 1, name: "initial", sql: String(decoding: PackageResources.m001_initial_sql, as: UTF8.self)),
+    ]
+
+    public static var migrator: Migrator { Migrator(migrations: migrations) }
+}

@@ -1,0 +1,130 @@
+import Crypto
+import Foundation
+import JSON
+import Postgres
+
+/// What a verified installation auth token says.
+public struct AuthClaims: Sendable, Equatable {
+    public let appID: String
+    public let fid: String
+    public let projectNumber: Int64
+    public let expires: Date
+}
+
+/// A minted auth token and its lifetime in seconds.
+public struct AuthToken: Sendable {
+    public let token: String
+    public let expiresIn: Int
+}
+
+/// Mints and verifies installation auth tokens: ES256 JWTs with `kid`, claims `appId`, `exp`, `fid`,
+/// `projectNumber` (a number) and `iat`, as real FIS tokens carry.
+///
+/// Keys live in `signing_keys`; the newest signs and every stored key verifies, so tokens signed before a
+/// `keys rotate` keep working until they expire. Each replica reloads the ring every minute and whenever it
+/// meets an unknown `kid`, so keys rotated by another process are picked up.
+public actor TokenIssuer {
+    public static let lifetime = 604_800
+
+    private struct Key {
+        let kid: String
+        let privateKey: ES256PrivateKey
+        let created: Date
+    }
+
+    private let pool: PostgresPool
+    private let clock: any Clock
+    private var keys: [String: Key] = [:]
+    private var signing: Key?
+    private var loadedAt: Date = .distantPast
+
+    public init(pool: PostgresPool, clock: any Clock) {
+        self.pool = pool
+        self.clock = clock
+    }
+
+    /// Adds a new signing key and makes it current.
+    ///
+    /// - Returns: its `kid` (the RFC 7638 thumbprint of its public key).
+    @discardableResult
+    public func rotate() async throws -> String {
+        let key = try ES256PrivateKey.generate()
+        let kid = key.publicKey.thumbprint
+        try await pool.query("INSERT INTO signing_keys (kid, private_pem, created_at) VALUES (\(kid), \(try key.pemRepresentation()), \(clock.now()))")
+        try await reload()
+        return kid
+    }
+
+    /// Loads the ring, creating the first key when there is none.
+    public func reload() async throws {
+        var rows = try await pool.query("SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid")
+        if rows.isEmpty {
+            let key = try ES256PrivateKey.generate()
+            // Replicas starting together race here; the first insert wins and everyone reloads it.
+            try await pool.query("""
+                INSERT INTO signing_keys (kid, private_pem, created_at)
+                SELECT \(key.publicKey.thumbprint), \(try key.pemRepresentation()), \(clock.now())
+                WHERE NOT EXISTS (SELECT 1 FROM signing_keys)
+                """)
+            rows = try await pool.query("SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid")
+        }
+        var loaded: [String: Key] = [:]
+        var newest: Key?
+        for row in rows {
+            let kid: String = try row.require("kid")
+            let key = Key(kid: kid, privateKey: try ES256PrivateKey(pem: try row.require("private_pem")),
+                          created: try row.require("created_at"))
+            loaded[kid] = key
+            newest = key
+        }
+        keys = loaded
+        signing = newest
+        loadedAt = Date()
+    }
+
+    private func ensureFresh() async throws {
+        if signing == nil || Date().timeIntervalSince(loadedAt) > 60 { try await reload() }
+    }
+
+    /// Mints a token for an installation.
+    public func mint(appID: String, fid: String, projectNumber: Int64) async throws -> AuthToken {
+        try await ensureFresh()
+        guard let signing else { throw CryptoError(.invalidKey, "no signing key") }
+        let now = Int64(clock.now().timeIntervalSince1970)
+        let header: JSONValue = ["alg": "ES256", "kid": .string(signing.kid), "typ": "JWT"]
+        let claims: JSONValue = [
+            "appId": .string(appID), "exp": .int(now + Int64(TokenIssuer.lifetime)), "fid": .string(fid),
+            "projectNumber": .int(projectNumber), "iat": .int(now),
+        ]
+        let token = try JWS.sign(header: header.encoded(), payload: claims.encoded(), key: signing.privateKey)
+        return AuthToken(token: token, expiresIn: TokenIssuer.lifetime)
+    }
+
+    /// Verifies signature and expiry.
+    ///
+    /// - Throws: ``RegistryError`` `.unauthenticated` for anything that is not a valid, current token of ours.
+    public func verify(_ token: String) async throws -> AuthClaims {
+        let invalid = RegistryError(.unauthenticated, "the installation auth token is invalid or expired")
+        guard token.utf8.count <= 4096, let parts = JWS.parse(token),
+            let header = try? JSONParser.parse(parts.header), header["alg"]?.stringValue == "ES256",
+            let kid = header["kid"]?.stringValue
+        else { throw invalid }
+        try await ensureFresh()
+        if keys[kid] == nil, Date().timeIntervalSince(loadedAt) > 5 { try await reload() }
+        guard let key = keys[kid], key.privateKey.publicKey.verify(signature: parts.signature, for: parts.signingInput),
+            let claims = try? JSONParser.parse(parts.payload),
+            let appID = claims["appId"]?.stringValue, let fid = claims["fid"]?.stringValue,
+            let number = claims["projectNumber"]?.int64Value, let exp = claims["exp"]?.int64Value
+        else { throw invalid }
+        let expires = Date(timeIntervalSince1970: TimeInterval(exp))
+        guard expires > clock.now() else { throw invalid }
+        return AuthClaims(appID: appID, fid: fid, projectNumber: number, expires: expires)
+    }
+
+    /// The public keys as a JWK Set document.
+    public func jwks() async throws -> String {
+        try await ensureFresh()
+        let entries = keys.values.sorted { $0.created < $1.created }.map { $0.privateKey.publicKey.jwkJSON(kid: $0.kid) }
+        return "{\"keys\":[" + entries.joined(separator: ",") + "]}"
+    }
+}

@@ -1,0 +1,91 @@
+import API
+import Foundation
+import JSON
+import Postgres
+import Registry
+
+/// The administrative commands: migrations, projects, apps, signing keys.
+enum Admin {
+    static func migrate(_ arguments: Arguments) async throws -> Int32 {
+        if arguments.wantsHelp {
+            print("token-registry migrate — apply pending database migrations (safe to run from several replicas at once).")
+            return 0
+        }
+        try arguments.allow([])
+        let database = try await Database.open(try Configuration.fromEnvironment())
+        defer { database.close() }
+        let applied = try await database.migrate()
+        printJSON(["applied": .array(applied.map { .int($0) }), "latest": .int(Schema.migrations.last?.version ?? 0)])
+        return 0
+    }
+
+    /// Runs `body` with a migrated database and an application built on it (no HTTP listener).
+    static func withApplication<T>(_ body: (Application) async throws -> T) async throws -> T {
+        let configuration = try Configuration.fromEnvironment()
+        let database = try await Database.open(configuration)
+        defer { database.close() }
+        try await database.migrate()
+        let app = try await Application.build(configuration: configuration, conninfo: database.conninfo,
+                                              logger: Logger(level: .error))
+        return try await body(app)
+    }
+
+    static func project(_ arguments: Arguments) async throws -> Int32 {
+        guard arguments.words.first == "create", !arguments.wantsHelp else {
+            print("token-registry project create --id <projectId> --number <projectNumber>\n"
+                + "  Creates a project and prints {\"projectId\",\"projectNumber\",\"serverKey\"}. The server key is shown once.")
+            return arguments.wantsHelp ? 0 : 2
+        }
+        try arguments.allow(["id", "number"])
+        let id = try arguments.required("id")
+        guard let number = Int64(try arguments.required("number")) else { throw CLIError("--number must be a number") }
+        return try await withApplication { app in
+            let key = try await app.catalog.createProject(id: id, number: number)
+            printJSON(["projectId": .string(id), "projectNumber": .string(String(number)), "serverKey": .string(key)])
+            return 0
+        }
+    }
+
+    static func app(_ arguments: Arguments) async throws -> Int32 {
+        guard arguments.words.first == "create", !arguments.wantsHelp else {
+            print("token-registry app create --project <id|number> --platform ios|android|web [--bundle-id <id>] "
+                + "[--auto-init-default true|false]\n  Creates an app and prints {\"appId\",\"apiKey\",…}. "
+                + "--auto-init-default false makes new installations start opted out of messaging.")
+            return arguments.wantsHelp ? 0 : 2
+        }
+        try arguments.allow(["project", "platform", "bundle-id", "auto-init-default"])
+        let reference = try arguments.required("project")
+        guard let platform = Platform(rawValue: try arguments.required("platform")) else {
+            throw CLIError("--platform must be ios, android or web")
+        }
+        var autoInit = true
+        if let text = arguments.options["auto-init-default"] {
+            guard let value = Bool(text) else { throw CLIError("--auto-init-default must be true or false") }
+            autoInit = value
+        }
+        return try await withApplication { app in
+            guard let project = try await app.catalog.project(reference) else { throw CLIError("no project \(reference)") }
+            let created = try await app.catalog.createApp(project: project, platform: platform, bundleID: arguments.options["bundle-id"],
+                                                          autoInitDefault: autoInit)
+            printJSON([
+                "appId": .string(created.id), "apiKey": .string(created.apiKey), "projectId": .string(project.id),
+                "platform": .string(platform.rawValue), "autoInitDefault": .bool(autoInit),
+            ])
+            return 0
+        }
+    }
+
+    static func keys(_ arguments: Arguments) async throws -> Int32 {
+        guard arguments.words.first == "rotate", !arguments.wantsHelp else {
+            print("token-registry keys rotate — add a new ES256 signing key for auth tokens; tokens signed by older keys keep "
+                + "verifying until they expire. Replicas pick the new key up within a minute.")
+            return arguments.wantsHelp ? 0 : 2
+        }
+        try arguments.allow([])
+        return try await withApplication { app in
+            let kid = try await app.tokens.rotate()
+            printJSON(["kid": .string(kid)])
+            return 0
+        }
+    }
+}

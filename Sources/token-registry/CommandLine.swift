@@ -1,0 +1,50 @@
+/// Parsed `--name value` options and positional words of one command.
+struct Arguments {
+    var words: [String] = []
+    var options: [String: String] = [:]
+    var flags: Set<String> = []
+
+    /// Options that take no value.
+    static let booleanFlags: Set<String> = ["help", "h"]
+
+    init(_ raw: [String]) throws {
+        var i = 0
+        while i < raw.count {
+            let arg = raw[i]
+            if arg.hasPrefix("--") || arg == "-h" {
+                var name = String(arg.drop(while: { $0 == "-" }))
+                if let eq = name.firstIndex(of: "=") {
+                    options[String(name[..<eq])] = String(name[name.index(after: eq)...])
+                    name = ""
+                } else if Arguments.booleanFlags.contains(name) {
+                    flags.insert(name == "h" ? "help" : name)
+                } else {
+                    guard i + 1 < raw.count else { throw CLIError("option --\(name) needs a value") }
+                    options[name] = raw[i + 1]
+                    i += 1
+                }
+            } else {
+                words.append(arg)
+            }
+            i += 1
+        }
+    }
+
+    var wantsHelp: Bool { flags.contains("help") }
+
+    func required(_ name: String) throws -> String {
+        guard let value = options[name], !value.isEmpty else { throw CLIError("missing --\(name)") }
+        return value
+    }
+
+    /// Fails on options the command does not know, so a typo is never ignored.
+    func allow(_ names: Set<String>) throws {
+        for name in options.keys where !names.contains(name) { throw CLIError("unknown option --\(name)") }
+    }
+}
+
+/// A command-line mistake: printed as one line, exit status 2.
+struct CLIError: Error, CustomStringConvertible {
+    let description: String
+    init(_ message: String) { description = message }
+}

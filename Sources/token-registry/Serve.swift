@@ -1,0 +1,42 @@
+import API
+import Dispatch
+import Foundation
+import Registry
+
+/// `token-registry serve`: migrate, start, run until SIGTERM/SIGINT, drain, exit 0.
+enum Serve {
+    static func run(_ arguments: Arguments) async throws -> Int32 {
+        if arguments.wantsHelp {
+            print("token-registry serve — run the HTTP service. Configuration from the environment (README.md).")
+            return 0
+        }
+        try arguments.allow([])
+        let configuration = try Configuration.fromEnvironment()
+        let logger = Logger(level: configuration.logLevel)
+        let database = try await Database.open(configuration)
+        defer { database.close() }
+        if database.embedded != nil { logger.info("using the embedded PostgreSQL under .data/postgres") }
+        let applied = try await database.migrate()
+        if !applied.isEmpty { logger.info("migrations applied", [("versions", .array(applied.map { .int($0) }))]) }
+        let app = try await Application.build(configuration: configuration, conninfo: database.conninfo, logger: logger)
+        try app.start()
+
+        let (signals, continuation) = AsyncStream.makeStream(of: Int32.self)
+        let sources = [SIGTERM, SIGINT].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { continuation.yield(number) }
+            source.resume()
+            return source
+        }
+        var received: Int32 = 0
+        for await number in signals {
+            received = number
+            break
+        }
+        logger.info("signal received; draining", [("signal", .int(received))])
+        await app.shutdown()
+        _ = sources
+        return 0
+    }
+}

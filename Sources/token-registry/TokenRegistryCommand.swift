@@ -1,0 +1,85 @@
+import API
+import Foundation
+import JSON
+import Postgres
+import Registry
+
+/// `token-registry serve | migrate | version | project | app | keys`.
+enum TokenRegistryCommand {
+    static let version = "0.1.0"
+
+    static let usage = """
+        token-registry — a self-hosted registry of app installations and push tokens (Firebase wire formats).
+
+        Usage:
+          token-registry serve                 run the HTTP service (migrates first)
+          token-registry migrate               apply database migrations and exit
+          token-registry project create --id <projectId> --number <projectNumber>
+          token-registry app create --project <id|number> --platform ios|android|web
+                                    [--bundle-id <id>] [--auto-init-default true|false]
+          token-registry keys rotate           add a new auth-token signing key (old keys keep verifying)
+          token-registry version
+          token-registry <command> --help
+
+        Configuration comes from the environment (see README.md): DATABASE_URL (unset: a private PostgreSQL under
+        ./.data/postgres), HOST, PORT, LOG_LEVEL and the limits.
+        """
+
+    static func run(_ raw: [String]) async -> Int32 {
+        do {
+            guard let command = raw.first, command != "--help", command != "-h", command != "help" else {
+                print(usage)
+                return raw.isEmpty ? 2 : 0
+            }
+            let rest = Array(raw.dropFirst())
+            switch command {
+            case "version", "--version":
+                print("token-registry \(version)")
+                return 0
+            case "serve": return try await Serve.run(try Arguments(rest))
+            case "migrate": return try await Admin.migrate(try Arguments(rest))
+            case "project": return try await Admin.project(try Arguments(rest))
+            case "app": return try await Admin.app(try Arguments(rest))
+            case "keys": return try await Admin.keys(try Arguments(rest))
+            default: throw CLIError("unknown command '\(command)'; see token-registry --help")
+            }
+        } catch let error as CLIError {
+            FileHandle.standardError.write(Data("error: \(error.description)\n".utf8))
+            return 2
+        } catch let error as ConfigurationError {
+            FileHandle.standardError.write(Data("error: \(error.description)\n".utf8))
+            return 2
+        } catch let error as RegistryError {
+            FileHandle.standardError.write(Data("error: \(error.message)\n".utf8))
+            return 1
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            return 1
+        }
+    }
+}
+
+/// The database a command works on: `DATABASE_URL`, or the embedded cluster, started on demand.
+struct Database {
+    let conninfo: String
+    let embedded: EmbeddedPostgres?
+    let startedHere: Bool
+
+    static func open(_ configuration: Configuration) async throws -> Database {
+        if let url = configuration.databaseURL { return Database(conninfo: url, embedded: nil, startedHere: false) }
+        let embedded = EmbeddedPostgres()
+        let (conninfo, started) = try await embedded.start()
+        return Database(conninfo: conninfo, embedded: embedded, startedHere: started)
+    }
+
+    /// Stops the embedded cluster if this process started it.
+    func close() {
+        if startedHere { embedded?.stop() }
+    }
+
+    @discardableResult
+    func migrate() async throws -> [Int] { try await Schema.migrator.migrate(conninfo: conninfo) }
+}
+
+/// Prints a JSON document on standard output.
+func printJSON(_ value: JSONValue) { print(value.text) }
