@@ -134,11 +134,15 @@ public final class RawHTTPClient: @unchecked Sendable {
     }
 }
 
-/// Runs blocking work on a Dispatch thread and resumes the caller with its result.
+/// Runs blocking work on a thread of its own and resumes the caller with its result. (Dispatch's global queue
+/// runs only as many blocking items at once as there are cores, so parallel tests waiting in `recv` on it would
+/// queue behind each other.)
 public func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async {
+        let thread = Thread {
             continuation.resume(with: Result { try work() })
         }
+        thread.stackSize = 256 * 1024
+        thread.start()
     }
 }

@@ -27,16 +27,17 @@ struct InstallationsController {
         let apiKeyApp = try await auth.app(context, project: project)
         try limit(context, apiKey: apiKeyApp.apiKey)
         let body = FieldReader(try context.jsonObject())
+        // Check every field's shape first, then look anything up.
         let appID = try body.string("appId", required: true, maxBytes: 128, allowEmpty: false)!
         guard Identifiers.isValidAppID(appID) else { throw APIError.invalid("appId: not a valid app ID (1:<number>:<platform>:<id>)") }
-        guard let app = try await catalog.app(id: appID) else { throw APIError.invalid("appId: no such app") }
-        guard app.projectID == project.id else { throw APIError.permissionDenied("appId: the app does not belong to project \(project.id)") }
         if let version = try body.string("authVersion", maxBytes: 32), version != "FIS_v2" {
             throw APIError.invalid("authVersion: only FIS_v2 is supported")
         }
         let sdkVersion = try body.text("sdkVersion", maxBytes: 64)
         // Any fid is accepted here; an empty, malformed or taken one is replaced in the response.
         let requested = try? body.string("fid", maxBytes: 256)
+        guard let app = try await catalog.app(id: appID) else { throw APIError.invalid("appId: no such app") }
+        guard app.projectID == project.id else { throw APIError.permissionDenied("appId: the app does not belong to project \(project.id)") }
         let created = try await installations.create(project: project, app: app, requestedFID: requested ?? nil, sdkVersion: sdkVersion)
         return .json([
             "name": .string(created.name), "fid": .string(created.fid), "refreshToken": .string(created.refreshToken),

@@ -1,0 +1,125 @@
+import API
+import Foundation
+import HTTP
+import JSON
+import Postgres
+import Registry
+
+/// A live service on port 0 with its own fresh database, a project and apps of each platform, for tests that
+/// drive it over real sockets.
+public struct TestService: Sendable {
+    public let app: Application
+    public let port: Int
+    public let conninfo: String
+    public let project: Project
+    public let serverKey: String
+    public let web: App
+    public let ios: App
+    public let android: App
+    /// An app whose installations start opted out of messaging.
+    public let consentFirst: App
+
+    /// Runs `body` against a fresh service; shuts it down and drops the database afterwards.
+    public static func with(configure: (inout Configuration) -> Void = { _ in }, clock: any Clock = SystemClock(),
+                            _ body: (TestService) async throws -> Void) async throws {
+        let conninfo = try await TestDatabase.create()
+        var configuration = Configuration(http: .init(host: "127.0.0.1", port: 0, eventLoops: 2))
+        configuration.databasePoolSize = 8
+        configure(&configuration)
+        try await Schema.migrator.migrate(conninfo: conninfo)
+        let app = try await Application.build(configuration: configuration, conninfo: conninfo, clock: clock,
+                                              logger: Logger(level: .error))
+        let service = try await TestService.seed(app: app, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
+        do {
+            try await body(service)
+        } catch {
+            await app.shutdown()
+            await TestDatabase.drop(conninfo)
+            throw error
+        }
+        await app.shutdown()
+        await TestDatabase.drop(conninfo)
+    }
+
+    static func seed(app: Application, conninfo: String, number: Int64, id: String) async throws -> TestService {
+        let key = try await app.catalog.createProject(id: id, number: number)
+        let project = Project(id: id, number: number)
+        let web = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
+        let ios = try await app.catalog.createApp(project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: true)
+        let android = try await app.catalog.createApp(project: project, platform: .android, bundleID: "com.example.app", autoInitDefault: true)
+        let consentFirst = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: false)
+        let port = try app.start()
+        return TestService(app: app, port: port, conninfo: conninfo, project: project, serverKey: key, web: web, ios: ios,
+                           android: android, consentFirst: consentFirst)
+    }
+
+    /// Adds a second project (for isolation tests) on the same service.
+    public func addProject(id: String, number: Int64) async throws -> (project: Project, serverKey: String, app: App) {
+        let key = try await app.catalog.createProject(id: id, number: number)
+        let project = Project(id: id, number: number)
+        let web = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
+        return (project, key, web)
+    }
+
+    // MARK: - Requests
+
+    /// Sends one request on a new connection and reads the response.
+    public func request(_ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8]? = nil) async throws -> Reply {
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        if let body { head += "Content-Length: \(body.count)\r\n" }
+        let client = try RawHTTPClient(port: port)
+        try await client.send(Array((head + "\r\n").utf8) + (body ?? []))
+        guard let response = try await client.readResponse(headRequest: method == "HEAD") else {
+            throw POSIXError(.ECONNRESET)
+        }
+        return Reply(raw: response)
+    }
+
+    public func request(_ method: String, _ path: String, headers: [String: String] = [:], json: JSONValue) async throws -> Reply {
+        var all = headers
+        if all["Content-Type"] == nil { all["Content-Type"] = "application/json" }
+        return try await request(method, path, headers: all, body: json.encoded())
+    }
+
+    /// Server-key headers for this service's project.
+    public var serverHeaders: [String: String] { ["Authorization": "Bearer \(serverKey)"] }
+
+    /// Creates an installation through the FIS route, as the JS SDK does.
+    public func createInstallation(app: App? = nil, fid: String? = nil) async throws -> CreatedInstallationReply {
+        let app = app ?? web
+        let reply = try await request("POST", "/v1/projects/\(project.id)/installations", headers: ["x-goog-api-key": app.apiKey],
+                                      json: ["fid": fid.map { .string($0) } ?? .string(""), "authVersion": "FIS_v2",
+                                             "appId": .string(app.id), "sdkVersion": "w:0.6.24"])
+        guard reply.status == 200, let json = reply.json, let fid = json["fid"]?.stringValue,
+            let refresh = json["refreshToken"]?.stringValue, let token = json["authToken"]?["token"]?.stringValue
+        else { throw ReplyError(reply: reply) }
+        return CreatedInstallationReply(fid: fid, refreshToken: refresh, authToken: token)
+    }
+}
+
+public struct CreatedInstallationReply: Sendable {
+    public let fid: String
+    public let refreshToken: String
+    public let authToken: String
+}
+
+/// A response with its body parsed as JSON when it is JSON.
+public struct Reply: Sendable, CustomStringConvertible {
+    public let raw: RawResponse
+    public var status: Int { raw.status }
+    public var json: JSONValue? { try? JSONParser.parse(raw.body) }
+    public var text: String { raw.text }
+    public func header(_ name: String) -> String? { raw.header(name) }
+    public var description: String { "\(status) \(text.prefix(500))" }
+
+    /// `error.status` of a Google-style error body.
+    public var errorStatus: String? { json?["error"]?["status"]?.stringValue }
+    /// `error.code` of a Google-style error body.
+    public var errorCode: Int64? { json?["error"]?["code"]?.int64Value }
+}
+
+public struct ReplyError: Error, CustomStringConvertible {
+    public let reply: Reply
+    public var description: String { "unexpected reply: \(reply)" }
+}

@@ -1,0 +1,54 @@
+import JSON
+import Testing
+import TokenRegistryTesting
+
+@Suite("Ops routes and errors", .enabled(if: TestDatabase.isAvailable))
+struct OpsTests {
+    @Test func healthReadinessMetrics() async throws {
+        try await TestService.with { s in
+            #expect(try await s.request("GET", "/healthz").status == 200)
+            #expect(try await s.request("HEAD", "/healthz").status == 200)
+            #expect(try await s.request("GET", "/readyz").json?["status"]?.stringValue == "ready")
+            _ = try await s.createInstallation()
+            let metrics = try await s.request("GET", "/metrics")
+            #expect(metrics.status == 200)
+            #expect(metrics.text.contains("http_requests_total{method=\"POST\",route=\"/v1/projects/{project}/installations\",status=\"200\"} 1"))
+            #expect(metrics.text.contains("http_request_duration_seconds_bucket{route=\"/v1/projects/{project}/installations\",le=\"+Inf\"} 1"))
+            #expect(metrics.text.contains("http_open_connections"))
+            #expect(metrics.text.contains("db_pool_connections{state=\"idle\"}"))
+        }
+    }
+
+    @Test func unknownRoutesAndMethodsAnswerGoogleStyleJSON() async throws {
+        try await TestService.with { s in
+            let missing = try await s.request("GET", "/nope")
+            #expect(missing.status == 404)
+            #expect(missing.errorCode == 404)
+            let wrongMethod = try await s.request("GET", "/v1/projects/\(s.project.id)/installations")
+            #expect(wrongMethod.status == 405)
+            #expect(wrongMethod.header("allow") == "POST")
+            let badEscape = try await s.request("GET", "/v1/projects/%zz/installations")
+            #expect(badEscape.status == 400)
+        }
+    }
+
+    @Test func requestIDsAreEchoedOrMinted() async throws {
+        try await TestService.with { s in
+            #expect(try await s.request("GET", "/healthz", headers: ["X-Request-Id": "abc-123"]).header("x-request-id") == "abc-123")
+            let minted = try await s.request("GET", "/healthz", headers: ["X-Request-Id": "bad id with spaces"]).header("x-request-id")
+            #expect(minted != nil && minted != "bad id with spaces")
+        }
+    }
+
+    @Test func readinessFalseWhileDraining() async throws {
+        try await TestService.with { s in
+            let client = try RawHTTPClient(port: s.port)
+            try await client.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            _ = try await client.readResponse()
+            let drain = Task { await s.app.shutdown() }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(s.app.isDraining)
+            await drain.value
+        }
+    }
+}
