@@ -1,0 +1,67 @@
+import Foundation
+import Glibc
+import JSON
+import Testing
+import TokenRegistryTesting
+
+/// The real binary: graceful drain on SIGTERM, readiness through a database outage, configuration errors.
+@Suite("Service process", .enabled(if: ServiceProcess.isAvailable), .serialized)
+struct ProcessTests {
+    @Test func sigtermLetsTheRequestInFlightFinishAndExitsZero() async throws {
+        let url = try await TestDatabase.create()
+        defer { Task { await TestDatabase.drop(url) } }
+        let env = ["DATABASE_URL": url, "LOG_LEVEL": "info", "DRAIN_TIMEOUT_SECONDS": "10"]
+        let service = try ServiceProcess(environment: env)
+        try await service.waitForReadiness()
+        let project = try JSONParser.parse(try await ServiceProcess.command(["project", "create", "--id", "drain-test", "--number", "777"], environment: env))
+        #expect(project["serverKey"]?.stringValue?.hasPrefix("trs_") == true)
+        let app = try JSONParser.parse(try await ServiceProcess.command(["app", "create", "--project", "777", "--platform", "web"], environment: env))
+        let appID = try #require(app["appId"]?.stringValue)
+        let apiKey = try #require(app["apiKey"]?.stringValue)
+        let body = Array(#"{"appId":"\#(appID)","authVersion":"FIS_v2"}"#.utf8)
+        let client = try RawHTTPClient(port: service.port)
+        try await client.send(Array("POST /v1/projects/drain-test/installations HTTP/1.1\r\nHost: x\r\nx-goog-api-key: \(apiKey)\r\nContent-Length: \(body.count)\r\n\r\n".utf8)
+            + body.prefix(10))
+        try await Task.sleep(for: .milliseconds(200))
+        service.signal(SIGTERM)
+        try await Task.sleep(for: .milliseconds(500))
+        // Draining: the listener is closed, the half-sent request is still being waited for.
+        #expect(throws: (any Error).self) { _ = try RawHTTPClient(port: service.port) }
+        try await client.send(Array(body.dropFirst(10)))
+        let response = try #require(try await client.readResponse())
+        #expect(response.status == 200, "\(response.text)")
+        #expect(response.header("connection") == "close")
+        #expect(try await service.waitForExit() == 0)
+        #expect(service.log.contains("\"msg\":\"stopped\""))
+    }
+
+    @Test func readinessFollowsTheDatabase() async throws {
+        let root = "/tmp/tr-readyz-\(UUID().uuidString.prefix(8))"
+        let port = ServiceProcess.freePort()
+        let env = ["PG_ROOT": root, "PG_PORT": String(port)]
+        try await shell("scripts/pg-test-cluster.sh start", environment: env)
+        let service = try ServiceProcess(environment: [
+            "DATABASE_URL": "host=\(root) port=\(port) dbname=postgres user=postgres connect_timeout=2",
+        ])
+        do {
+            try await service.waitForReadiness(200)
+            try await shell("scripts/pg-test-cluster.sh stop", environment: env)
+            try await service.waitForReadiness(503, timeout: 15)
+            try await shell("scripts/pg-test-cluster.sh start", environment: env)
+            try await service.waitForReadiness(200, timeout: 20)
+        } catch {
+            service.signal(SIGKILL)
+            _ = try? await shell("scripts/pg-test-cluster.sh stop; rm -rf \(root)", environment: env)
+            throw error
+        }
+        service.signal(SIGTERM)
+        #expect(try await service.waitForExit() == 0)
+        try await shell("scripts/pg-test-cluster.sh stop; rm -rf \(root)", environment: env)
+    }
+
+    @Test func invalidConfigurationStopsStartUpNamingTheVariable() async throws {
+        let service = try ServiceProcess(environment: ["DATABASE_URL": "host=/nonexistent", "MAX_BODY_BYTES": "lots"])
+        #expect(try await service.waitForExit() == 2)
+        #expect(service.log.contains("MAX_BODY_BYTES"))
+    }
+}

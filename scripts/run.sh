@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Starts the service on $PORT (default 8080). Without DATABASE_URL it creates and runs a private PostgreSQL
+# under ./.data/postgres (the Debian server binaries are installed if missing) and stops it on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+. scripts/swift-env.sh
+swift build -c release --product token-registry >&2
+exec .build/release/token-registry serve "$@"
