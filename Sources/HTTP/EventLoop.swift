@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// `@unchecked Sendable`: every mutable property is touched only on the loop's thread, except `inbox` and
 /// `commands`, which are behind a `Mutex` and announced through `wakeFD`.
-final class EventLoop: @unchecked Sendable {
+final class EventLoop: TaskExecutor, @unchecked Sendable {
     enum Command { case drain, stop }
 
     private struct Completion {
@@ -23,7 +23,10 @@ final class EventLoop: @unchecked Sendable {
     private var connections: [Int32: HTTPConnection] = [:]
     private let inbox = Mutex<[Completion]>([])
     private let commands = Mutex<[Command]>([])
+    /// Jobs of handler tasks that prefer this loop as their executor (see ``dispatch(_:on:)``).
+    private let jobs = Mutex<[UnownedJob]>([])
     private let finished = Mutex(false)
+    private let releasedListener = Mutex(false)
     private var nextID: UInt64 = 0
     private var draining = false
     private var acceptPausedUntil: UInt64 = 0
@@ -37,10 +40,13 @@ final class EventLoop: @unchecked Sendable {
         wakeFD = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
         guard wakeFD >= 0 else { throw SocketError("eventfd") }
         register(wakeFD, events: EPOLLIN.rawValue, op: EPOLL_CTL_ADD)
-        register(listenFD, events: EPOLLIN.rawValue, op: EPOLL_CTL_ADD)
+        register(listenFD, events: EPOLLIN.rawValue | EPOLLEXCLUSIVE.rawValue, op: EPOLL_CTL_ADD)
     }
 
     var isFinished: Bool { finished.withLock { $0 } }
+
+    /// True once the loop stopped watching the shared listener (the server may then close it).
+    var hasReleasedListener: Bool { releasedListener.withLock { $0 } }
 
     /// Sends a command to the loop from any thread.
     func post(_ command: Command) {
@@ -55,8 +61,41 @@ final class EventLoop: @unchecked Sendable {
 
     /// Posts a handler's response; called from the handler's task.
     func complete(fd: Int32, id: UInt64, response: HTTPResponse) {
-        inbox.withLock { $0.append(Completion(fd: fd, id: id, response: response)) }
-        wake()
+        // Only the first completion into an empty inbox needs a wake-up: the loop drains the whole inbox after
+        // reading the eventfd, so later ones ride along (one syscall per batch instead of one per response).
+        let wasEmpty = inbox.withLock { items -> Bool in
+            let empty = items.isEmpty
+            items.append(Completion(fd: fd, id: id, response: response))
+            return empty
+        }
+        if wasEmpty { wake() }
+    }
+
+    // MARK: - Task executor
+
+    /// Handler tasks run on the loop thread that owns their connection: no hop to the cooperative pool and back
+    /// for each request. A handler that awaits a database call suspends; its continuation comes back here.
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let wasEmpty = jobs.withLock { queue -> Bool in
+            let empty = queue.isEmpty
+            queue.append(job)
+            return empty
+        }
+        if wasEmpty { wake() }
+    }
+
+    func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
+
+    private func runJobs() {
+        // Bounded rounds, so a handler that keeps re-enqueueing cannot starve the sockets.
+        for _ in 0..<4 {
+            let batch = jobs.withLock { queue -> [UnownedJob] in defer { queue.removeAll(keepingCapacity: true) }; return queue }
+            if batch.isEmpty { return }
+            let executor = asUnownedTaskExecutor()
+            for job in batch { job.runSynchronously(on: executor) }
+        }
+        if jobs.withLock({ !$0.isEmpty }) { wake() }
     }
 
     // MARK: - Loop
@@ -87,6 +126,7 @@ final class EventLoop: @unchecked Sendable {
                     }
                 }
             }
+            runJobs()
             drainInbox(now: now)
             for command in commands.withLock({ c -> [Command] in defer { c.removeAll() }; return c }) {
                 switch command {
@@ -96,7 +136,7 @@ final class EventLoop: @unchecked Sendable {
             }
             if acceptPausedUntil != 0, now >= acceptPausedUntil, listenFD >= 0 {
                 acceptPausedUntil = 0
-                register(listenFD, events: EPOLLIN.rawValue, op: EPOLL_CTL_ADD)
+                register(listenFD, events: EPOLLIN.rawValue | EPOLLEXCLUSIVE.rawValue, op: EPOLL_CTL_ADD)
             }
             if now - lastSweep >= 200 {
                 lastSweep = now
@@ -105,7 +145,7 @@ final class EventLoop: @unchecked Sendable {
             if draining && connections.isEmpty { running = false }
         }
         for connection in Array(connections.values) { closeConnection(connection) }
-        if listenFD >= 0 { close(listenFD) }
+        releaseListener()
         close(epollFD)
         close(wakeFD)
         finished.withLock { $0 = true }
@@ -220,7 +260,7 @@ final class EventLoop: @unchecked Sendable {
         let id = connection.id
         let handler = core.handler
         core.inFlightRequests.add(1, ordering: .relaxed)
-        Task {
+        Task(executorPreference: self) {
             let response = await handler(request)
             self.complete(fd: fd, id: id, response: response)
         }
@@ -337,14 +377,19 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
+    /// Stops watching the shared listener; the server closes it once every loop has let go.
+    private func releaseListener() {
+        if listenFD >= 0 {
+            _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, listenFD, nil)
+            listenFD = -1
+        }
+        releasedListener.withLock { $0 = true }
+    }
+
     private func beginDrain() {
         guard !draining else { return }
         draining = true
-        if listenFD >= 0 {
-            _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, listenFD, nil)
-            close(listenFD)
-            listenFD = -1
-        }
+        releaseListener()
         for connection in Array(connections.values) where connection.isIdle {
             closeConnection(connection)
         }

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Synchronization
 
 /// What the server calls for each request. It must always return a response; errors are the caller's to map.
@@ -68,6 +69,7 @@ public final class HTTPServer: Sendable {
     private let core: Core
     private let loops = Mutex<[EventLoop]>([])
     private let boundPort = Atomic<Int>(0)
+    private let listener = Atomic<Int32>(-1)
 
     /// - Parameters:
     ///   - errorResponse: renders protocol errors (400, 408, 413, 414, 431, 503 …) that never reach `handler`.
@@ -125,13 +127,10 @@ public final class HTTPServer: Sendable {
         Socket.raiseFileLimit()
         let configuration = core.configuration
         let first = try Socket.listen(host: configuration.host, port: configuration.port, backlog: configuration.backlog)
-        var listeners = [first.fd]
-        for _ in 1..<configuration.eventLoops {
-            listeners.append(try Socket.listen(host: configuration.host, port: first.port, backlog: configuration.backlog).fd)
-        }
         boundPort.store(first.port, ordering: .relaxed)
+        listener.store(first.fd, ordering: .relaxed)
         var created: [EventLoop] = []
-        for fd in listeners { created.append(try EventLoop(core: core, listenFD: fd)) }
+        for _ in 0..<configuration.eventLoops { created.append(try EventLoop(core: core, listenFD: first.fd)) }
         loops.withLock { $0 = created }
         for (i, loop) in created.enumerated() {
             let thread = Thread { loop.run() }
@@ -146,6 +145,9 @@ public final class HTTPServer: Sendable {
     public func shutdown(drainTimeout: Double = 10) async {
         let all = loops.withLock { $0 }
         for loop in all { loop.post(.drain) }
+        while !all.allSatisfy(\.hasReleasedListener) { try? await Task.sleep(for: .milliseconds(5)) }
+        let fd = listener.exchange(-1, ordering: .relaxed)
+        if fd >= 0 { close(fd) }
         let deadline = Date().addingTimeInterval(drainTimeout)
         while Date() < deadline, !all.allSatisfy(\.isFinished) {
             try? await Task.sleep(for: .milliseconds(20))

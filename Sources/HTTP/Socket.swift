@@ -16,14 +16,14 @@ public struct SocketError: Error, Sendable, CustomStringConvertible {
 
 /// Thin wrappers over the socket calls the event loops use.
 enum Socket {
-    /// Opens a non-blocking IPv4 listener with `SO_REUSEADDR` and `SO_REUSEPORT`, so each event loop can bind
-    /// its own listener on the same port and the kernel spreads new connections between them.
+    /// Opens a non-blocking IPv4 listener with `SO_REUSEADDR`. Every event loop watches this one socket with
+    /// `EPOLLEXCLUSIVE`, so the kernel wakes one loop per new connection. (No `SO_REUSEPORT`: a second process
+    /// started on the same port must fail, not silently take half the traffic.)
     static func listen(host: String, port: Int, backlog: Int32) throws -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketError("socket") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)

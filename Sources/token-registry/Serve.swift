@@ -34,9 +34,11 @@ enum Serve {
             received = number
             break
         }
+        // The sources must live until here: released early, they are cancelled and the (ignored) signal is lost.
+        // Cancelling them is a real use, which an optimised build cannot drop the way it drops `_ = sources`.
+        for source in sources { source.cancel() }
         logger.info("signal received; draining", [("signal", .int(received))])
         await app.shutdown()
-        _ = sources
         return 0
     }
 }

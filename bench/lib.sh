@@ -1,0 +1,63 @@
+# Shared helpers for the benchmark scripts: a release build, a PostgreSQL cluster with durable commits,
+# the service, wrk parsing. Everything listens on 127.0.0.1 and is stopped by pid on exit.
+set -euo pipefail
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$BENCH_DIR/.." && pwd)
+WORK=${BENCH_WORK:-/tmp/token-registry-bench}
+mkdir -p "$WORK"
+DURATION=${DURATION:-10}
+CONNECTIONS=${CONNECTIONS:-64}
+PIDS=()
+
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  PG_ROOT=$WORK/pg PG_PORT=${BENCH_PG_PORT:-55433} "$REPO/scripts/pg-test-cluster.sh" stop || true
+}
+trap cleanup EXIT
+
+build_release() {
+  (cd "$REPO" && . scripts/swift-env.sh && swift build -c release --product token-registry >&2)
+  BIN=$REPO/.build/release/token-registry
+}
+
+start_postgres() {
+  # fsync and synchronous commit on: an acknowledged write is durable, as in production.
+  eval "$(PG_ROOT=$WORK/pg PG_PORT=${BENCH_PG_PORT:-55433} PG_FSYNC=on "$REPO/scripts/pg-test-cluster.sh" start)"
+  PGURL="host=$WORK/pg port=${BENCH_PG_PORT:-55433} dbname=bench user=postgres"
+  psql "$TEST_DATABASE_URL" -qc "DROP DATABASE IF EXISTS bench WITH (FORCE)" -c "CREATE DATABASE bench" >/dev/null
+}
+
+# start_service PORT [ENV=VALUE…]: runs `serve` against the bench database, waits for /readyz.
+start_service() {
+  local port=$1; shift
+  env DATABASE_URL="$PGURL" PORT="$port" HOST=127.0.0.1 LOG_LEVEL=${LOG_LEVEL:-warning} \
+    RATE_LIMIT_CREATE_PER_KEY=0 RATE_LIMIT_CREATE_PER_ADDRESS=0 "$@" "$BIN" serve >>"$WORK/service-$port.log" 2>&1 &
+  SERVICE_PID=$!
+  PIDS+=("$SERVICE_PID")
+  for _ in $(seq 1 100); do
+    curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "service did not become ready; see $WORK/service-$port.log" >&2
+  exit 1
+}
+
+start_nginx() {
+  local port=$1
+  mkdir -p "$WORK/nginx"
+  sed -e "s#@ROOT@#$WORK#g" -e "s#127.0.0.1:8080#127.0.0.1:$port#" "$REPO/bench/nginx.conf.in" >"$WORK/nginx/nginx.conf"
+  nginx -c "$WORK/nginx/nginx.conf" &
+  PIDS+=("$!")
+  for _ in $(seq 1 50); do curl -fs "http://127.0.0.1:$port/" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "nginx did not start" >&2
+  exit 1
+}
+
+# run_wrk NAME URL [wrk args…]: prints "NAME rps p50_ms p99_ms errors" and stores it in $WORK/NAME.wrk
+run_wrk() {
+  local name=$1 url=$2; shift 2
+  wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$@" "$url" >"$WORK/$name.wrk" 2>&1
+  python3 "$BENCH_DIR/wrk_summary.py" "$name" <"$WORK/$name.wrk"
+}
+
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
