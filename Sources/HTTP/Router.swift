@@ -4,7 +4,43 @@
 /// Each path segment is percent-decoded exactly once, after splitting, so `%2F` inside a token never splits it.
 /// One trailing slash is tolerated. When several templates match, the most specific wins: at the first segment
 /// where they differ, a literal beats `{param}:verb`, which beats `{param}`.
+///
+/// The table is generic over what a route carries, but it matches through a non-generic core
+/// (``RouteTable``), so no generic metadata is instantiated per request across module boundaries.
 public struct Router<Handler: Sendable>: Sendable {
+    private var table = RouteTable()
+    private var handlers: [Handler] = []
+
+    public init() {}
+
+    public enum Match {
+        case found(Handler, parameters: [String: String], template: String)
+        case methodNotAllowed(allowed: [String])
+        case notFound
+        /// The path is not valid (bad percent-encoding, not UTF-8, not starting with `/`).
+        case badPath(String)
+    }
+
+    /// Every registered (method, template) pair, in registration order.
+    public var registered: [(method: String, template: String)] { table.registered }
+
+    public mutating func add(_ method: String, _ template: String, _ handler: Handler) {
+        table.add(method, template, index: handlers.count)
+        handlers.append(handler)
+    }
+
+    public func match(method: String, path: some StringProtocol) -> Match {
+        switch table.match(method: method, path: String(path)) {
+        case let .found(index, parameters, template): return .found(handlers[index], parameters: parameters, template: template)
+        case let .methodNotAllowed(allowed): return .methodNotAllowed(allowed: allowed)
+        case .notFound: return .notFound
+        case let .badPath(reason): return .badPath(reason)
+        }
+    }
+}
+
+/// The matching core of ``Router``: templates to route indices.
+public struct RouteTable: Sendable {
     enum Segment: Sendable, Equatable {
         case literal(String)
         case param(String)
@@ -23,11 +59,11 @@ public struct Router<Handler: Sendable>: Sendable {
         let method: String
         let template: String
         let segments: [Segment]
-        let handler: Handler
+        let index: Int
     }
 
     public enum Match {
-        case found(Handler, parameters: [String: String], template: String)
+        case found(Int, parameters: [String: String], template: String)
         case methodNotAllowed(allowed: [String])
         case notFound
         /// The path is not valid (bad percent-encoding, not UTF-8, not starting with `/`).
@@ -41,7 +77,7 @@ public struct Router<Handler: Sendable>: Sendable {
     /// Every registered (method, template) pair, in registration order.
     public var registered: [(method: String, template: String)] { routes.map { ($0.method, $0.template) } }
 
-    public mutating func add(_ method: String, _ template: String, _ handler: Handler) {
+    public mutating func add(_ method: String, _ template: String, index: Int) {
         let segments = template.split(separator: "/", omittingEmptySubsequences: true).map { raw -> Segment in
             if raw.hasPrefix("{"), let close = raw.firstIndex(of: "}") {
                 let name = String(raw[raw.index(after: raw.startIndex)..<close])
@@ -52,10 +88,10 @@ public struct Router<Handler: Sendable>: Sendable {
             }
             return .literal(String(raw))
         }
-        routes.append(Route(method: method, template: template, segments: segments, handler: handler))
+        routes.append(Route(method: method, template: template, segments: segments, index: index))
     }
 
-    public func match(method: String, path: some StringProtocol) -> Match {
+    public func match(method: String, path: String) -> Match {
         guard path.hasPrefix("/") else { return .badPath("the path must start with '/'") }
         var trimmed = Substring(path)
         if trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
@@ -70,10 +106,10 @@ public struct Router<Handler: Sendable>: Sendable {
         var best: (route: Route, params: [String: String])?
         var allowed: [String] = []
         for route in routes where route.segments.count == segments.count {
-            guard let params = Router.bind(route.segments, to: segments) else { continue }
+            guard let params = RouteTable.bind(route.segments, to: segments) else { continue }
             if route.method == method || (method == "HEAD" && route.method == "GET") {
                 if let current = best {
-                    if Router.isMoreSpecific(route.segments, than: current.route.segments) { best = (route, params) }
+                    if RouteTable.isMoreSpecific(route.segments, than: current.route.segments) { best = (route, params) }
                 } else {
                     best = (route, params)
                 }
@@ -83,7 +119,7 @@ public struct Router<Handler: Sendable>: Sendable {
         }
         if let best {
             // A less specific template for this method must not win over a more specific one for another.
-            return .found(best.route.handler, parameters: best.params, template: best.route.template)
+            return .found(best.route.index, parameters: best.params, template: best.route.template)
         }
         if !allowed.isEmpty {
             if allowed.contains("GET") && !allowed.contains("HEAD") { allowed.append("HEAD") }
@@ -94,8 +130,9 @@ public struct Router<Handler: Sendable>: Sendable {
 
     static func bind(_ template: [Segment], to segments: [String]) -> [String: String]? {
         var params: [String: String] = [:]
-        for (segment, value) in zip(template, segments) {
-            switch segment {
+        for i in 0..<template.count {
+            let value = segments[i]
+            switch template[i] {
             case let .literal(text):
                 guard text == value else { return nil }
             case let .param(name):
@@ -111,7 +148,7 @@ public struct Router<Handler: Sendable>: Sendable {
     }
 
     static func isMoreSpecific(_ a: [Segment], than b: [Segment]) -> Bool {
-        for (x, y) in zip(a, b) where x.rank != y.rank { return x.rank > y.rank }
+        for i in 0..<min(a.count, b.count) where a[i].rank != b[i].rank { return a[i].rank > b[i].rank }
         return false
     }
 }
