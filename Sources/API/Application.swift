@@ -115,7 +115,7 @@ public final class Application: Sendable {
         if let http = server.withLock({ $0 }) {
             await http.shutdown(drainTimeout: configuration.drainTimeoutSeconds)
         }
-        await pool.close()
+        pool.close()
         logger.info("stopped")
     }
 

@@ -1,5 +1,6 @@
 import CLibPQ
 import Glibc
+import Synchronization
 
 /// One libpq connection, owned by an actor that runs on its own serial queue.
 ///
@@ -9,6 +10,14 @@ public actor PostgresConnection {
     private let connection: OpaquePointer
     private let executor: DispatchQueueExecutor
     private var prepared: [String: String] = [:]
+    /// Health and transaction state after the last call, readable without hopping onto the connection's queue
+    /// (the pool checks it on every release).
+    private let status = Mutex(Status(healthy: true, inTransaction: false))
+
+    struct Status {
+        var healthy: Bool
+        var inTransaction: Bool
+    }
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
@@ -44,11 +53,17 @@ public actor PostgresConnection {
         return PostgresConnection(connection: try result.get(), executor: executor)
     }
 
-    /// True while the connection is usable.
-    public var isHealthy: Bool { PQstatus(connection) == CONNECTION_OK }
+    /// True while the connection is usable, as of its last call.
+    public nonisolated var isHealthy: Bool { status.withLock { $0.healthy } }
 
-    /// True when no transaction is open (or the connection is broken, which the pool checks separately).
-    public var isIdleInTransaction: Bool { PQtransactionStatus(connection) != PQTRANS_IDLE }
+    /// True when a transaction is left open, as of its last call.
+    public nonisolated var isInTransaction: Bool { status.withLock { $0.inTransaction } }
+
+    private func updateStatus() {
+        let healthy = PQstatus(connection) == CONNECTION_OK
+        let inTransaction = PQtransactionStatus(connection) != PQTRANS_IDLE
+        status.withLock { $0 = Status(healthy: healthy, inTransaction: inTransaction) }
+    }
 
     /// Runs a parameterised statement, preparing it on first use.
     @discardableResult
@@ -79,6 +94,7 @@ public actor PostgresConnection {
     }
 
     private func check(_ result: OpaquePointer?) throws {
+        updateStatus()
         guard let result else {
             throw PostgresError(.connectionFailed, message: String(cString: PQerrorMessage(connection)).trimmingTrailingNewlines())
         }

@@ -8,27 +8,28 @@ public struct PostgresInstallationStore: InstallationStore {
 
     public init(pool: PostgresPool) { self.pool = pool }
 
+    /// One statement, so one round trip and one implicit transaction: the retired-FID check, the installation,
+    /// its initial consent and the ledger entry (foreign keys are checked at the end of the statement).
     public func create(_ i: Installation, fidHMAC: [UInt8], initialConsent: Bool) async throws -> Bool {
-        try await pool.withTransaction { c in
-            let retired = try await c.query(
-                "SELECT 1 FROM retired_fids WHERE project_id = \(i.projectID) AND fid_hmac = \(ByteA(fidHMAC))")
-            guard retired.isEmpty else { return false }
-            let inserted = try await c.query("""
+        let rows = try await pool.query("""
+            WITH retired AS (
+                SELECT 1 FROM retired_fids WHERE project_id = \(i.projectID) AND fid_hmac = \(ByteA(fidHMAC))
+            ), created AS (
                 INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, sdk_version, created_at, last_seen_at)
-                VALUES (\(i.projectID), \(i.fid), \(i.appID), \(ByteA(i.refreshTokenHash)), \(i.sdkVersion), \(i.createdAt), \(i.lastSeenAt))
+                SELECT \(i.projectID), \(i.fid), \(i.appID), \(ByteA(i.refreshTokenHash)), \(i.sdkVersion), \(i.createdAt), \(i.lastSeenAt)
+                WHERE NOT EXISTS (SELECT 1 FROM retired)
                 ON CONFLICT DO NOTHING
-                """)
-            guard inserted.affectedRows == 1 else { return false }
-            try await c.query("""
+                RETURNING project_id, fid, created_at
+            ), consent AS (
                 INSERT INTO consents (project_id, fid, purpose, granted, source, actor, updated_at)
-                VALUES (\(i.projectID), \(i.fid), 'messaging', \(initialConsent), 'app-default', 'default', \(i.createdAt))
-                """)
-            try await c.query("""
+                SELECT project_id, fid, 'messaging', \(initialConsent), 'app-default', 'default', created_at FROM created
+            ), ledger AS (
                 INSERT INTO consent_events (project_id, fid, purpose, granted, previous, actor, source, recorded_at)
-                VALUES (\(i.projectID), \(i.fid), 'messaging', \(initialConsent), NULL, 'default', 'app-default', \(i.createdAt))
-                """)
-            return true
-        }
+                SELECT project_id, fid, 'messaging', \(initialConsent), NULL, 'default', 'app-default', created_at FROM created
+            )
+            SELECT count(*) AS created FROM created
+            """)
+        return try rows.first?.require("created", as: Int.self) == 1
     }
 
     public func find(projectID: String, fid: String) async throws -> Installation? {

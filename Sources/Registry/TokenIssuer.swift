@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import JSON
 import Postgres
+import Synchronization
 
 /// What a verified installation auth token says.
 public struct AuthClaims: Sendable, Equatable {
@@ -23,20 +24,26 @@ public struct AuthToken: Sendable {
 /// Keys live in `signing_keys`; the newest signs and every stored key verifies, so tokens signed before a
 /// `keys rotate` keep working until they expire. Each replica reloads the ring every minute and whenever it
 /// meets an unknown `kid`, so keys rotated by another process are picked up.
-public actor TokenIssuer {
+public final class TokenIssuer: Sendable {
     public static let lifetime = 604_800
 
-    private struct Key {
+    private struct Key: Sendable {
         let kid: String
         let privateKey: ES256PrivateKey
         let created: Date
     }
 
+    /// The loaded ring. Minting and verifying read it under a lock and sign outside it, so concurrent requests
+    /// sign in parallel. Two replicas or tasks reloading at once is harmless: loading is idempotent.
+    private struct Ring: Sendable {
+        var keys: [String: Key] = [:]
+        var signing: Key?
+        var loadedAt: Date = .distantPast
+    }
+
     private let pool: PostgresPool
     private let clock: any Clock
-    private var keys: [String: Key] = [:]
-    private var signing: Key?
-    private var loadedAt: Date = .distantPast
+    private let ring = Mutex(Ring())
 
     public init(pool: PostgresPool, clock: any Clock) {
         self.pool = pool
@@ -77,19 +84,21 @@ public actor TokenIssuer {
             loaded[kid] = key
             newest = key
         }
-        keys = loaded
-        signing = newest
-        loadedAt = Date()
+        ring.withLock { $0 = Ring(keys: loaded, signing: newest, loadedAt: Date()) }
     }
 
-    private func ensureFresh() async throws {
-        if signing == nil || Date().timeIntervalSince(loadedAt) > 60 { try await reload() }
+    private func currentRing() async throws -> Ring {
+        let current = ring.withLock { $0 }
+        if current.signing == nil || Date().timeIntervalSince(current.loadedAt) > 60 {
+            try await reload()
+            return ring.withLock { $0 }
+        }
+        return current
     }
 
     /// Mints a token for an installation.
     public func mint(appID: String, fid: String, projectNumber: Int64) async throws -> AuthToken {
-        try await ensureFresh()
-        guard let signing else { throw CryptoError(.invalidKey, "no signing key") }
+        guard let signing = try await currentRing().signing else { throw CryptoError(.invalidKey, "no signing key") }
         let now = Int64(clock.now().timeIntervalSince1970)
         let header: JSONValue = ["alg": "ES256", "kid": .string(signing.kid), "typ": "JWT"]
         let claims: JSONValue = [
@@ -109,9 +118,12 @@ public actor TokenIssuer {
             let header = try? JSONParser.parse(parts.header), header["alg"]?.stringValue == "ES256",
             let kid = header["kid"]?.stringValue
         else { throw invalid }
-        try await ensureFresh()
-        if keys[kid] == nil, Date().timeIntervalSince(loadedAt) > 5 { try await reload() }
-        guard let key = keys[kid], key.privateKey.publicKey.verify(signature: parts.signature, for: parts.signingInput),
+        var current = try await currentRing()
+        if current.keys[kid] == nil, Date().timeIntervalSince(current.loadedAt) > 5 {
+            try await reload()
+            current = ring.withLock { $0 }
+        }
+        guard let key = current.keys[kid], key.privateKey.publicKey.verify(signature: parts.signature, for: parts.signingInput),
             let claims = try? JSONParser.parse(parts.payload),
             let appID = claims["appId"]?.stringValue, let fid = claims["fid"]?.stringValue,
             let number = claims["projectNumber"]?.int64Value, let exp = claims["exp"]?.int64Value
@@ -123,8 +135,7 @@ public actor TokenIssuer {
 
     /// The public keys as a JWK Set document.
     public func jwks() async throws -> String {
-        try await ensureFresh()
-        let entries = keys.values.sorted { $0.created < $1.created }.map { $0.privateKey.publicKey.jwkJSON(kid: $0.kid) }
+        let entries = try await currentRing().keys.values.sorted { $0.created < $1.created }.map { $0.privateKey.publicKey.jwkJSON(kid: $0.kid) }
         return "{\"keys\":[" + entries.joined(separator: ",") + "]}"
     }
 }

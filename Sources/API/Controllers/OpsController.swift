@@ -43,7 +43,7 @@ struct OpsController: Sendable {
     }
 
     func metricsText(_ context: RequestContext) async throws -> HTTPResponse {
-        let pool = await self.pool.statistics
+        let pool = self.pool.statistics
         var extra = serverGauges()
         extra += [
             "# HELP db_pool_connections Database connections by state.", "# TYPE db_pool_connections gauge",
