@@ -15,6 +15,8 @@ public final class Application: Sendable {
     public let installations: InstallationService
     public let consent: ConsentService
     public let tokens: TokenIssuer
+    public let registrations: RegistrationService
+    public let targeting: TargetingService
     public let clock: any Clock
     public let logger: Logger
     public let metrics = Metrics()
@@ -43,14 +45,18 @@ public final class Application: Sendable {
         catalog = Catalog(store: PostgresCatalogStore(pool: pool))
         installations = InstallationService(store: PostgresInstallationStore(pool: pool), tokens: tokens, clock: clock, fidKey: fidKey)
         consent = ConsentService(store: PostgresConsentStore(pool: pool), clock: clock)
+        registrations = RegistrationService(registrations: PostgresRegistrationStore(pool: pool), topics: PostgresTopicStore(pool: pool),
+                                            consent: consent, installations: installations, clock: clock)
+        targeting = TargetingService(pool: pool, clock: clock,
+                                     freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays))
         routes = Application.makeRoutes(
-            configuration: configuration, pool: pool, catalog: catalog, installations: installations, consent: consent,
-            tokens: tokens, metrics: metrics, draining: draining, server: server)
+            configuration: configuration, catalog: catalog, installations: installations, consent: consent,
+            registrations: registrations, targeting: targeting, clock: clock)
     }
 
-    private static func makeRoutes(configuration: Configuration, pool: PostgresPool, catalog: Catalog,
-                                   installations: InstallationService, consent: ConsentService, tokens: TokenIssuer,
-                                   metrics: Metrics, draining: borrowing Atomic<Bool>, server: borrowing Mutex<HTTPServer?>) -> Routes {
+    private static func makeRoutes(configuration: Configuration, catalog: Catalog, installations: InstallationService,
+                                   consent: ConsentService, registrations: RegistrationService, targeting: TargetingService,
+                                   clock: any Clock) -> Routes {
         var routes = Routes()
         let auth = Authenticator(catalog: catalog, installations: installations)
         let limits = InstallationsController.CreateLimits(
@@ -59,6 +65,10 @@ public final class Application: Sendable {
             trustForwardedFor: configuration.trustForwardedFor)
         InstallationsController(auth: auth, installations: installations, catalog: catalog, createLimits: limits).register(&routes)
         ConsentController(auth: auth, installations: installations, consent: consent).register(&routes)
+        RegistrationsController(auth: auth, registrations: registrations, targeting: targeting).register(&routes)
+        TopicsController(auth: auth, registrations: registrations, targeting: targeting, clock: clock).register(&routes)
+        IIDController(auth: auth, catalog: catalog, registrations: registrations, installations: installations, clock: clock)
+            .register(&routes)
         return routes
     }
 

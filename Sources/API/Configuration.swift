@@ -21,6 +21,9 @@ public struct Configuration: Sendable {
     public var createRatePerAddress = 100.0
     /// Take the client address from the first `X-Forwarded-For` entry (only behind a trusted proxy).
     public var trustForwardedFor = false
+    /// Days without a refresh after which a registration is stale (still targeted) and expired (no longer targeted).
+    public var staleDays = 30.0
+    public var expireDays = 270.0
 
     public init(databaseURL: String? = nil, http: HTTPServer.Configuration = HTTPServer.Configuration()) {
         self.databaseURL = databaseURL
@@ -58,6 +61,11 @@ public struct Configuration: Sendable {
         c.createRatePerKey = Double(try reader.int("RATE_LIMIT_CREATE_PER_KEY", default: 500, range: 0...1_000_000))
         c.createRatePerAddress = Double(try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))
         c.trustForwardedFor = try reader.bool("TRUST_FORWARDED_FOR", default: false)
+        c.staleDays = Double(try reader.int("STALE_AFTER_DAYS", default: 30, range: 1...3650))
+        c.expireDays = Double(try reader.int("EXPIRE_AFTER_DAYS", default: 270, range: 1...3650))
+        guard c.expireDays > c.staleDays else {
+            throw ConfigurationError(variable: "EXPIRE_AFTER_DAYS", problem: "must be larger than STALE_AFTER_DAYS")
+        }
         return c
     }
 }

@@ -33,6 +33,7 @@ public protocol CatalogStore: Sendable {
     func app(id: String) async throws -> App?
     func app(apiKey: String) async throws -> App?
     func projectID(serverKeyHash: [UInt8]) async throws -> String?
+    func apps(projectID: String) async throws -> [App]
 }
 
 /// Projects, apps and server keys, with a short-lived cache in front of the store: these rows change rarely and
@@ -110,6 +111,9 @@ public final class Catalog: Sendable {
         remember(apps, "key:" + apiKey, app)
         return app
     }
+
+    /// Every app of a project (not cached; for rare administrative look-ups).
+    public func apps(projectID: String) async throws -> [App] { try await store.apps(projectID: projectID) }
 
     /// The project a server key belongs to, or nil for an unknown key.
     public func projectID(serverKey: String) async throws -> String? {

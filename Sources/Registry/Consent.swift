@@ -129,6 +129,10 @@ public struct PostgresConsentStore: ConsentStore {
                 VALUES (\(projectID), \(fid), \(change.purpose), \(change.granted), \(previous), \(change.actor.rawValue),
                         \(change.source), \(change.policyVersion), \(at))
                 """)
+            if change.purpose == ConsentService.messaging && !change.granted {
+                // Withdrawal disables the installation's registrations at once; only a new registration revives them.
+                try await c.query("UPDATE registrations SET state = 'disabled' WHERE project_id = \(projectID) AND fid = \(fid)")
+            }
             let state = ConsentState(purpose: change.purpose, granted: change.granted, policyVersion: change.policyVersion,
                                      source: change.source, actor: change.actor.rawValue, updatedAt: at)
             return (state, previous)

@@ -51,6 +51,10 @@ public struct PostgresCatalogStore: CatalogStore {
         try await pool.query("SELECT project_id FROM server_keys WHERE key_hash = \(ByteA(serverKeyHash))").first?.require("project_id")
     }
 
+    public func apps(projectID: String) async throws -> [App] {
+        try await pool.query("SELECT * FROM apps WHERE project_id = \(projectID) ORDER BY app_id").compactMap { try decodeApp($0) }
+    }
+
     private func decodeApp(_ row: PostgresRow?) throws -> App? {
         guard let row else { return nil }
         return App(id: try row.require("app_id"), projectID: try row.require("project_id"),

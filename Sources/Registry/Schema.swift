@@ -4,6 +4,7 @@ import Postgres
 public enum Schema {
     public static let migrations: [Migration] = [
         Migration(version: 1, name: "initial", sql: String(decoding: PackageResources.m001_initial_sql, as: UTF8.self)),
+        Migration(version: 2, name: "registrations", sql: String(decoding: PackageResources.m002_registrations_sql, as: UTF8.self)),
     ]
 
     public static var migrator: Migrator { Migrator(migrations: migrations) }

@@ -1,0 +1,210 @@
+import Crypto
+import Foundation
+import HTTP
+import JSON
+import Registry
+
+/// The Instance ID server API (`iid.googleapis.com`), as firebase-admin's `*_legacy` topic functions and the Node
+/// admin SDK call it. The project comes from the server key. Errors use IID's own shape, `{"error":"<CODE>"}`.
+struct IIDController: Sendable {
+    let auth: Authenticator
+    let catalog: Catalog
+    let registrations: RegistrationService
+    let installations: InstallationService
+    let clock: any Clock
+
+    static let maxBatch = 1000
+    static let maxImport = 100
+
+    func register(_ routes: inout Routes) {
+        routes.add("POST", "/iid/v1:batchAdd", batchAdd)
+        routes.add("POST", "/iid/v1:batchRemove", batchRemove)
+        routes.add("POST", "/iid/v1:batchImport", batchImport)
+        routes.add("POST", "/iid/v1/{token}/rel/topics/{topic}", addRelation)
+        routes.add("DELETE", "/iid/v1/{token}/rel/topics/{topic}", removeRelation)
+        routes.add("GET", "/iid/info/{token}", info)
+    }
+
+    static func error(_ status: Int, _ code: String) -> HTTPResponse { .json(["error": .string(code)], status: status) }
+
+    /// Runs `body` for the server key's project, mapping every failure to IID's error shape.
+    private func iid(_ context: RequestContext, _ body: (Project) async throws -> HTTPResponse) async throws -> HTTPResponse {
+        guard let authorization = context.header("authorization") else { return IIDController.error(401, "UNAUTHENTICATED") }
+        let lowered = authorization.lowercased()
+        let key: String
+        if lowered.hasPrefix("bearer ") {
+            key = String(authorization.dropFirst(7))
+        } else if lowered.hasPrefix("key=") {
+            key = String(authorization.dropFirst(4))
+        } else {
+            return IIDController.error(401, "UNAUTHENTICATED")
+        }
+        guard let projectID = try await catalog.projectID(serverKey: key.trimmingCharacters(in: " ")),
+            let project = try await catalog.project(projectID)
+        else { return IIDController.error(401, "UNAUTHENTICATED") }
+        do {
+            return try await body(project)
+        } catch let error as APIError {
+            return IIDController.error(error.status, error.canonical)
+        }
+    }
+
+    private func batchBody(_ context: RequestContext) throws -> (topic: String, tokens: [JSONValue]) {
+        let body = FieldReader(try context.jsonObject())
+        let to = try body.string("to", required: true, maxBytes: 1024)!
+        let topic = Topic.normalize(to)
+        guard Topic.isValid(topic) else { throw APIError.invalid("to: must be /topics/<name>") }
+        let tokens = try body.array("registration_tokens", required: true, maxCount: IIDController.maxBatch)!
+        guard !tokens.isEmpty else { throw APIError.invalid("registration_tokens: must not be empty") }
+        return (topic, tokens)
+    }
+
+    /// Maps each input token to its installation, or to the per-token error; results stay in input order.
+    private func resolve(_ tokens: [JSONValue], project: Project) async throws -> [Result<String, IIDFailure>] {
+        var out: [Result<String, IIDFailure>] = []
+        for value in tokens {
+            guard let token = value.stringValue, RegistrationService.isValidToken(token) else {
+                out.append(.failure(IIDFailure(code: "INVALID_ARGUMENT")))
+                continue
+            }
+            if let registration = try await registrations.find(project: project, tokenOrFID: token), registration.token == token {
+                out.append(.success(registration.fid))
+            } else {
+                out.append(.failure(IIDFailure(code: "NOT_FOUND")))
+            }
+        }
+        return out
+    }
+
+    func batchAdd(_ context: RequestContext) async throws -> HTTPResponse {
+        try await iid(context) { project in
+            let (topic, tokens) = try batchBody(context)
+            let resolved = try await resolve(tokens, project: project)
+            let fids = resolved.compactMap { try? $0.get() }
+            let outcome = try await registrations.topics.add(projectID: project.id, fids: fids, topic: topic, at: clock.now())
+            let results: [JSONValue] = resolved.map { entry in
+                switch entry {
+                case let .failure(f): return ["error": .string(f.code)]
+                case let .success(fid): return outcome[fid] == .tooManyTopics ? ["error": "TOO_MANY_TOPICS"] : [:]
+                }
+            }
+            return .json(["results": .array(results)])
+        }
+    }
+
+    func batchRemove(_ context: RequestContext) async throws -> HTTPResponse {
+        try await iid(context) { project in
+            let (topic, tokens) = try batchBody(context)
+            let resolved = try await resolve(tokens, project: project)
+            _ = try await registrations.topics.remove(projectID: project.id, fids: resolved.compactMap { try? $0.get() }, topic: topic)
+            let results: [JSONValue] = resolved.map { entry in
+                if case let .failure(f) = entry { return ["error": .string(f.code)] }
+                return [:]
+            }
+            return .json(["results": .array(results)])
+        }
+    }
+
+    private func relation(_ context: RequestContext, project: Project) async throws -> (fid: String, topic: String) {
+        let topic = Topic.normalize(context.parameter("topic"))
+        guard Topic.isValid(topic) else { throw APIError(400, "INVALID_ARGUMENT", "invalid topic") }
+        let token = context.parameter("token")
+        guard RegistrationService.isValidToken(token) else { throw APIError(400, "INVALID_ARGUMENT", "invalid token") }
+        guard let registration = try await registrations.find(project: project, tokenOrFID: token), registration.token == token else {
+            throw APIError(404, "NOT_FOUND", "unknown token")
+        }
+        return (registration.fid, topic)
+    }
+
+    func addRelation(_ context: RequestContext) async throws -> HTTPResponse {
+        try await iid(context) { project in
+            let (fid, topic) = try await relation(context, project: project)
+            if try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: clock.now())[fid] == .tooManyTopics {
+                return IIDController.error(400, "TOO_MANY_TOPICS")
+            }
+            return .json([:])
+        }
+    }
+
+    func removeRelation(_ context: RequestContext) async throws -> HTTPResponse {
+        try await iid(context) { project in
+            let (fid, topic) = try await relation(context, project: project)
+            _ = try await registrations.topics.remove(projectID: project.id, fids: [fid], topic: topic)
+            return .json([:])
+        }
+    }
+
+    /// `GET /iid/info/{token}[?details=true]`; unknown tokens answer 404 `{"error":"InvalidToken"}`.
+    func info(_ context: RequestContext) async throws -> HTTPResponse {
+        try await iid(context) { project in
+            let token = context.parameter("token")
+            guard RegistrationService.isValidToken(token),
+                let registration = try await registrations.find(project: project, tokenOrFID: token), registration.token == token,
+                let installation = try await installations.find(project: project, fid: registration.fid)
+            else { return IIDController.error(404, "InvalidToken") }
+            let app = try await catalog.app(id: installation.appID)
+            let platform = ["ios": "IOS", "android": "ANDROID", "web": "CHROME"][registration.platform.rawValue] ?? "UNKNOWN"
+            var members: [(String, JSONValue)] = [
+                ("application", .string(registration.bundleID ?? app?.bundleID ?? installation.appID)),
+                ("authorizedEntity", .string(String(project.number))), ("platform", .string(platform)), ("scope", "*"),
+            ]
+            if let version = registration.appVersion { members.append(("applicationVersion", .string(version))) }
+            if ["true", "1"].contains(context.request.query("details")?.lowercased() ?? "") {
+                var topics: [(String, JSONValue)] = []
+                var after: String?
+                while true {
+                    let page = try await registrations.topics.list(projectID: project.id, fid: registration.fid, after: after, limit: 1000)
+                    for (topic, created) in page {
+                        topics.append((topic, ["addDate": .string(String(Timestamp.rfc3339(created).prefix(10)))]))
+                    }
+                    guard page.count == 1000, let last = page.last else { break }
+                    after = last.topic
+                }
+                members.append(("rel", ["topics": .object(topics)]))
+            }
+            return .json(.object(members))
+        }
+    }
+
+    /// `POST /iid/v1:batchImport`: APNs tokens (≤100) of an iOS app become registration tokens; each gets an
+    /// installation made by the server. The same APNs token imported twice returns its existing token.
+    func batchImport(_ context: RequestContext) async throws -> HTTPResponse {
+        try await iid(context) { project in
+            let body = FieldReader(try context.jsonObject())
+            let application = try body.text("application", required: true, maxBytes: 255)!
+            let sandbox = try body.bool("sandbox") ?? false
+            let tokens = try body.array("apns_tokens", required: true, maxCount: IIDController.maxImport)!
+            guard let app = try await catalog.apps(projectID: project.id).first(where: { $0.platform == .ios && $0.bundleID == application }) else {
+                return IIDController.error(400, "INVALID_ARGUMENT")
+            }
+            var results: [JSONValue] = []
+            for value in tokens {
+                guard let apns = value.stringValue?.lowercased(), (1...200).contains(apns.utf8.count), Hex.decode(apns) != nil else {
+                    results.append(["apns_token": value, "status": "INVALID_ARGUMENT"])
+                    continue
+                }
+                if let existing = try await registrations.registrations.find(projectID: project.id, apnsToken: apns) {
+                    results.append(["apns_token": .string(apns), "status": "OK", "registration_token": .string(existing.token)])
+                    continue
+                }
+                let created = try await installations.create(project: project, app: app, requestedFID: nil, sdkVersion: "iid-import")
+                guard let installation = try await installations.find(project: project, fid: created.fid) else { continue }
+                let template = Registration(projectID: project.id, fid: created.fid, token: "", platform: .ios, apnsToken: apns,
+                                            apnsEnvironment: sandbox ? "SANDBOX" : "PROD", bundleID: application,
+                                            createdAt: clock.now(), refreshedAt: clock.now())
+                do {
+                    let registration = try await registrations.register(installation: installation, template: template)
+                    results.append(["apns_token": .string(apns), "status": "OK", "registration_token": .string(registration.token)])
+                } catch let error as RegistryError where error.kind == .failedPrecondition {
+                    _ = try await installations.delete(project: project, fid: created.fid)
+                    results.append(["apns_token": .string(apns), "status": "FAILED_PRECONDITION"])
+                }
+            }
+            return .json(["results": .array(results)])
+        }
+    }
+}
+
+struct IIDFailure: Error {
+    let code: String
+}

@@ -1,0 +1,170 @@
+import Crypto
+import Foundation
+import HTTP
+import JSON
+import Registry
+
+/// FCM client registrations (web and iOS bodies), the token refresh callback from app backends, and sendability.
+struct RegistrationsController: Sendable {
+    let auth: Authenticator
+    let registrations: RegistrationService
+    let targeting: TargetingService
+
+    func register(_ routes: inout Routes) {
+        routes.add("POST", "/v1/projects/{project}/registrations", create)
+        routes.add("PATCH", "/v1/projects/{project}/registrations/{registration}", update)
+        routes.add("DELETE", "/v1/projects/{project}/registrations/{registration}", delete)
+        routes.add("PUT", "/v1/projects/{project}/installations/{fid}/registration", callback)
+        routes.add("GET", "/v1/projects/{project}/registrations/{registration}:sendability", sendability)
+    }
+
+    func create(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        try await auth.optionalApp(context, project: project)
+        let installation = try await auth.installation(context, project: project)
+        let template = try RegistrationsController.clientTemplate(try context.jsonObject())
+        let stored = try await registrations.register(installation: installation, template: template)
+        return .json(RegistrationsController.json(stored, project: project))
+    }
+
+    /// The weekly refresh: the same body, for the installation's own registration.
+    func update(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        try await auth.optionalApp(context, project: project)
+        let installation = try await auth.installation(context, project: project)
+        guard let current = try await registrations.find(project: project, tokenOrFID: context.parameter("registration")),
+            current.fid == installation.fid
+        else { throw APIError.notFound("registration not found for this installation") }
+        let template = try RegistrationsController.clientTemplate(try context.jsonObject())
+        let stored = try await registrations.register(installation: installation, template: template)
+        return .json(RegistrationsController.json(stored, project: project))
+    }
+
+    /// The installation removes its registration (by token or FID); an app backend may too, with a server key.
+    func delete(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        let reference = context.parameter("registration")
+        let fid: String
+        if auth.hasServerKey(context) {
+            try await auth.server(context, project: project)
+            guard let registration = try await registrations.find(project: project, tokenOrFID: reference) else {
+                throw APIError.notFound("registration not found")
+            }
+            fid = registration.fid
+        } else {
+            try await auth.optionalApp(context, project: project)
+            let installation = try await auth.installation(context, project: project)
+            guard let registration = try await registrations.find(project: project, tokenOrFID: reference),
+                registration.fid == installation.fid
+            else { throw APIError.notFound("registration not found for this installation") }
+            fid = installation.fid
+        }
+        _ = try await registrations.delete(project: project, fid: fid)
+        return .json([:])
+    }
+
+    /// `PUT /v1/projects/{project}/installations/{fid}/registration`: an app backend reports the token its client
+    /// received. Idempotent; an older `clientTime` never replaces a newer token.
+    func callback(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        try await auth.server(context, project: project)
+        let fid = context.parameter("fid")
+        guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
+        let body = FieldReader(try context.jsonObject())
+        let token = try body.string("token", required: true, maxBytes: 4096)!
+        guard RegistrationService.isValidToken(token) else { throw APIError.invalid("token: 1-4096 characters of A-Z a-z 0-9 _ : . -") }
+        guard let platform = Platform(rawValue: try body.string("platform", required: true, maxBytes: 16)!) else {
+            throw APIError.invalid("platform: must be ios, android or web")
+        }
+        let apnsToken = try body.string("apnsToken", maxBytes: 200)
+        if let apnsToken, Hex.decode(apnsToken) == nil || apnsToken.isEmpty { throw APIError.invalid("apnsToken: must be hexadecimal") }
+        let environment = try body.string("apnsEnvironment", maxBytes: 16)
+        if let environment, environment != "SANDBOX" && environment != "PROD" {
+            throw APIError.invalid("apnsEnvironment: must be SANDBOX or PROD")
+        }
+        var clientTime: Date?
+        if let text = try body.string("clientTime", maxBytes: 64) {
+            guard let parsed = Timestamp.parse(text) else { throw APIError.invalid("clientTime: must be an RFC 3339 time") }
+            clientTime = parsed
+        }
+        let now = Date()
+        let template = Registration(projectID: project.id, fid: fid, token: token, platform: platform, apnsToken: apnsToken?.lowercased(),
+                                    apnsEnvironment: environment, clientTime: clientTime, createdAt: now, refreshedAt: now)
+        let (stored, outcome) = try await registrations.refresh(project: project, fid: fid, template: template)
+        var json = RegistrationsController.json(stored, project: project)
+        if case var .object(members) = json {
+            members.append(("outcome", .string(outcome.rawValue)))
+            json = .object(members)
+        }
+        return .json(json)
+    }
+
+    func sendability(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        try await auth.server(context, project: project)
+        let verdict = try await registrations.sendability(project: project, token: context.parameter("registration"), targeting: targeting)
+        return .json(["sendable": .bool(verdict.sendable), "reason": .string(verdict.rawValue)])
+    }
+
+    // MARK: - Wire formats
+
+    /// Reads a client body: exactly one of `web`, `ios`, `android`.
+    static func clientTemplate(_ json: JSONValue) throws -> Registration {
+        let body = FieldReader(json)
+        let sdkVersion = try body.text("fcm_sdk_version", maxBytes: 64)
+        let now = Date()
+        let present = ["web", "ios", "android"].filter { json[$0].map { !$0.isNull } ?? false }
+        guard present.count == 1 else { throw APIError.invalid("exactly one of web, ios or android is required") }
+        if let web = try body.object("web") {
+            let endpoint = try web.string("endpoint", required: true, maxBytes: 2048, allowEmpty: false)!
+            guard endpoint.hasPrefix("https://") || endpoint.hasPrefix("http://") else {
+                throw APIError.invalid("web.endpoint: must be an http(s) URL")
+            }
+            let auth = try web.string("auth", required: true, maxBytes: 256, allowEmpty: false)!
+            let p256dh = try web.string("p256dh", required: true, maxBytes: 256, allowEmpty: false)!
+            guard Base64URL.decode(auth) != nil else { throw APIError.invalid("web.auth: must be base64url") }
+            guard Base64URL.decode(p256dh) != nil else { throw APIError.invalid("web.p256dh: must be base64url") }
+            let key = try web.string("applicationPubKey", maxBytes: 256)
+            let origin = try web.text("origin", maxBytes: 256)
+            return Registration(projectID: "", fid: "", token: "", platform: .web, sdkVersion: sdkVersion,
+                                web: WebPush(endpoint: endpoint, auth: auth, p256dh: p256dh, applicationPubKey: key, origin: origin),
+                                createdAt: now, refreshedAt: now)
+        }
+        if let ios = try body.object("ios") {
+            let apns = try ios.string("apns_token", required: true, maxBytes: 200, allowEmpty: false)!
+            guard Hex.decode(apns) != nil else { throw APIError.invalid("ios.apns_token: must be hexadecimal") }
+            let environment = try ios.string("apns_environment", maxBytes: 16) ?? "PROD"
+            guard environment == "SANDBOX" || environment == "PROD" else {
+                throw APIError.invalid("ios.apns_environment: must be SANDBOX or PROD")
+            }
+            return Registration(projectID: "", fid: "", token: "", platform: .ios, apnsToken: apns.lowercased(), apnsEnvironment: environment,
+                                bundleID: try ios.text("bundle_id", maxBytes: 255), appVersion: try ios.text("app_version", maxBytes: 64),
+                                sdkVersion: sdkVersion, createdAt: now, refreshedAt: now)
+        }
+        let android = try body.object("android")!
+        return Registration(projectID: "", fid: "", token: "", platform: .android,
+                            bundleID: try android.text("package_name", maxBytes: 255), appVersion: try android.text("app_version", maxBytes: 64),
+                            sdkVersion: sdkVersion, createdAt: now, refreshedAt: now)
+    }
+
+    static func json(_ r: Registration, project: Project) -> JSONValue {
+        var members: [(String, JSONValue)] = [
+            ("name", .string("projects/\(project.id)/registrations/\(r.fid)")), ("token", .string(r.token)), ("fid", .string(r.fid)),
+            ("platform", .string(r.platform.rawValue)), ("state", .string(r.state)),
+            ("refreshTime", .string(Timestamp.rfc3339(r.refreshedAt))),
+        ]
+        if let web = r.web {
+            members.append(("web", [
+                "endpoint": .string(web.endpoint), "auth": .string(web.auth), "p256dh": .string(web.p256dh),
+                "applicationPubKey": web.applicationPubKey.map { .string($0) } ?? .null,
+            ]))
+        }
+        if r.platform == .ios {
+            members.append(("ios", [
+                "apns_token": r.apnsToken.map { .string($0) } ?? .null, "apns_environment": r.apnsEnvironment.map { .string($0) } ?? .null,
+                "bundle_id": r.bundleID.map { .string($0) } ?? .null,
+            ]))
+        }
+        return .object(members)
+    }
+}

@@ -1,0 +1,220 @@
+import Crypto
+import Foundation
+import HTTP
+import JSON
+import Registry
+
+/// Topic subscriptions in the FCM v1 shape (admin SDKs, server key) and the client verbs `:subscribe` /
+/// `:unsubscribe` (installation auth token), plus who a topic or a condition reaches.
+struct TopicsController: Sendable {
+    let auth: Authenticator
+    let registrations: RegistrationService
+    let targeting: TargetingService
+    let clock: any Clock
+
+    func register(_ routes: inout Routes) {
+        let base = "/v1/projects/{project}/registrations/{registration}/topicSubscriptions"
+        routes.add("POST", base, create)
+        routes.add("GET", base, list)
+        routes.add("GET", base + "/{topic}", get)
+        routes.add("PATCH", base + "/{topic}", patch)
+        routes.add("DELETE", base + "/{topic}", delete)
+        routes.add("POST", base + "/{topic}:subscribe", clientSubscribe)
+        routes.add("POST", base + "/{topic}:unsubscribe", clientUnsubscribe)
+        routes.add("GET", "/v1/projects/{project}/topics/{topic}/registrations", members)
+        routes.add("POST", "/v1/projects/{project}/targets:resolve", resolve)
+    }
+
+    /// The installation named by `{registration}` (FID or token), for a server-key caller.
+    private func serverSubject(_ context: RequestContext) async throws -> (Project, String) {
+        let project = try await auth.project(context)
+        try await auth.server(context, project: project)
+        guard let fid = try await registrations.installationFID(project: project, tokenOrFID: context.parameter("registration")) else {
+            throw APIError.notFound("registration \(context.parameter("registration").prefix(200)) not found")
+        }
+        return (project, fid)
+    }
+
+    static func topicName(_ raw: String?) throws -> String {
+        guard let raw, !raw.isEmpty else { throw APIError.invalid("topicName: required") }
+        let name = Topic.normalize(raw)
+        guard Topic.isValid(name) else { throw APIError.invalid("topicName: must match [a-zA-Z0-9-_.~%]{1,900}") }
+        return name
+    }
+
+    func subscription(_ context: RequestContext, topic: String, created: Date) -> JSONValue {
+        let time = Timestamp.rfc3339(created)
+        return [
+            "name": .string("projects/\(context.parameter("project"))/registrations/\(context.parameter("registration"))/topicSubscriptions/\(topic)"),
+            "topicName": .string(topic), "topic_name": .string(topic), "createTime": .string(time), "create_time": .string(time),
+        ]
+    }
+
+    static func allowMissing(_ context: RequestContext) throws -> Bool {
+        switch context.request.query("allowMissing", "allow_missing")?.lowercased() {
+        case nil, "false", "0": return false
+        case "true", "1": return true
+        case let other?: throw APIError.invalid("allowMissing: must be true or false, not \(other.prefix(16))")
+        }
+    }
+
+    func create(_ context: RequestContext) async throws -> HTTPResponse {
+        let body = try context.jsonObject(allowEmpty: true)
+        let fromBody = try FieldReader(body).string("topicName", maxBytes: 1024) ?? (try FieldReader(body).string("topic_name", maxBytes: 1024))
+        let topic = try TopicsController.topicName(context.request.query("topicName", "topic_name") ?? fromBody)
+        let (project, fid) = try await serverSubject(context)
+        let now = clock.now()
+        switch try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid] {
+        case .alreadyExists?: throw APIError(409, "ALREADY_EXISTS", "the topic subscription already exists")
+        case .tooManyTopics?: throw TopicsController.tooMany()
+        default: return .json(subscription(context, topic: topic, created: now))
+        }
+    }
+
+    static func tooMany() -> APIError {
+        var error = APIError(400, "FAILED_PRECONDITION", "the installation already holds \(Topic.maxPerInstallation) topics")
+        error.details = [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "TOO_MANY_TOPICS"]]
+        return error
+    }
+
+    func get(_ context: RequestContext) async throws -> HTTPResponse {
+        let topic = try TopicsController.topicName(context.parameter("topic"))
+        let (project, fid) = try await serverSubject(context)
+        guard let created = try await registrations.topics.created(projectID: project.id, fid: fid, topic: topic) else {
+            throw APIError.notFound("topic subscription \(topic) not found")
+        }
+        return .json(subscription(context, topic: topic, created: created))
+    }
+
+    func list(_ context: RequestContext) async throws -> HTTPResponse {
+        let (project, fid) = try await serverSubject(context)
+        let size = try Paging.pageSize(context, default: 1000, max: 2000)
+        let after = try Paging.decode(context.request.query("pageToken", "page_token"))
+        let page = try await registrations.topics.list(projectID: project.id, fid: fid, after: after, limit: size + 1)
+        var members: [(String, JSONValue)] = [
+            ("topicSubscriptions", .array(page.prefix(size).map { subscription(context, topic: $0.topic, created: $0.created) })),
+        ]
+        if page.count > size, let last = page.prefix(size).last { members.append(("nextPageToken", .string(Paging.encode(last.topic)))) }
+        return .json(.object(members))
+    }
+
+    /// Upserts with `allowMissing`; otherwise the subscription must exist.
+    func patch(_ context: RequestContext) async throws -> HTTPResponse {
+        let topic = try TopicsController.topicName(context.parameter("topic"))
+        let allowMissing = try TopicsController.allowMissing(context)
+        _ = try context.jsonObject(allowEmpty: true)
+        let (project, fid) = try await serverSubject(context)
+        if let created = try await registrations.topics.created(projectID: project.id, fid: fid, topic: topic) {
+            return .json(subscription(context, topic: topic, created: created))
+        }
+        guard allowMissing else { throw APIError.notFound("topic subscription \(topic) not found") }
+        let now = clock.now()
+        if try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid] == .tooManyTopics {
+            throw TopicsController.tooMany()
+        }
+        return .json(subscription(context, topic: topic, created: now))
+    }
+
+    func delete(_ context: RequestContext) async throws -> HTTPResponse {
+        let topic = try TopicsController.topicName(context.parameter("topic"))
+        let allowMissing = try TopicsController.allowMissing(context)
+        let (project, fid) = try await serverSubject(context)
+        let removed = try await registrations.topics.remove(projectID: project.id, fids: [fid], topic: topic)
+        guard !removed.isEmpty || allowMissing else { throw APIError.notFound("topic subscription \(topic) not found") }
+        return .json([:])
+    }
+
+    // MARK: - Client verbs (FIS auth)
+
+    private func clientSubject(_ context: RequestContext) async throws -> (Project, Installation, String) {
+        let project = try await auth.project(context)
+        try await auth.optionalApp(context, project: project)
+        let installation = try await auth.installation(context, project: project)
+        guard context.parameter("registration") == installation.fid else {
+            throw APIError.permissionDenied("the auth token belongs to another installation")
+        }
+        return (project, installation, try TopicsController.topicName(context.parameter("topic")))
+    }
+
+    func clientSubscribe(_ context: RequestContext) async throws -> HTTPResponse {
+        let (project, installation, topic) = try await clientSubject(context)
+        let now = clock.now()
+        if try await registrations.topics.add(projectID: project.id, fids: [installation.fid], topic: topic, at: now)[installation.fid]
+            == .tooManyTopics
+        {
+            throw TopicsController.tooMany()
+        }
+        let created = try await registrations.topics.created(projectID: project.id, fid: installation.fid, topic: topic) ?? now
+        return .json(subscription(context, topic: topic, created: created))
+    }
+
+    func clientUnsubscribe(_ context: RequestContext) async throws -> HTTPResponse {
+        let (project, installation, topic) = try await clientSubject(context)
+        _ = try await registrations.topics.remove(projectID: project.id, fids: [installation.fid], topic: topic)
+        return .json([:])
+    }
+
+    // MARK: - Targeting
+
+    static func targets(_ page: [Target], size: Int) -> JSONValue {
+        var members: [(String, JSONValue)] = [
+            ("registrations", .array(page.prefix(size).map { t in
+                ["token": .string(t.token), "fid": .string(t.fid), "platform": .string(t.platform.rawValue), "stale": .bool(t.stale),
+                 "refreshTime": .string(Timestamp.rfc3339(t.refreshedAt))]
+            })),
+        ]
+        if page.count > size, let last = page.prefix(size).last { members.append(("nextPageToken", .string(Paging.encode(last.fid)))) }
+        return .object(members)
+    }
+
+    func members(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        try await auth.server(context, project: project)
+        let topic = try TopicsController.topicName(context.parameter("topic"))
+        let size = try Paging.pageSize(context, default: 1000, max: 10_000)
+        let after = try Paging.decode(context.request.query("pageToken", "page_token"))
+        let page = try await targeting.members(projectID: project.id, topic: topic, after: after, limit: size + 1)
+        return .json(TopicsController.targets(page, size: size))
+    }
+
+    func resolve(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await auth.project(context)
+        try await auth.server(context, project: project)
+        let body = FieldReader(try context.jsonObject())
+        let text = try body.string("condition", required: true, maxBytes: Condition.maxLength, allowEmpty: false)!
+        let condition: Condition
+        do {
+            condition = try Condition.parse(text)
+        } catch {
+            throw APIError.invalid("condition: \(error.description)")
+        }
+        var size = 1000
+        if let value = body.object["pageSize"] {
+            guard let n = value.int64Value, n > 0 else { throw APIError.invalid("pageSize: must be a positive whole number") }
+            size = Int(min(n, 10_000))
+        }
+        let after = try Paging.decode(try body.string("pageToken", maxBytes: 512))
+        let page = try await targeting.resolve(projectID: project.id, condition: condition, after: after, limit: size + 1)
+        return .json(TopicsController.targets(page, size: size))
+    }
+}
+
+/// Opaque keyset page tokens and page sizes.
+enum Paging {
+    static func encode(_ key: String) -> String { "p1." + Base64URL.encode(Array(key.utf8)) }
+
+    static func decode(_ token: String?) throws -> String? {
+        guard let token, !token.isEmpty else { return nil }
+        guard token.hasPrefix("p1."), token.utf8.count <= 2048, let bytes = Base64URL.decode(token.dropFirst(3)),
+            let key = String(validating: bytes, as: UTF8.self)
+        else { throw APIError.invalid("pageToken: not a page token from this service") }
+        return key
+    }
+
+    /// `pageSize` from the query: absent or 0 gives `default`; larger than `max` is coerced to `max`.
+    static func pageSize(_ context: RequestContext, default value: Int, max: Int) throws -> Int {
+        guard let text = context.request.query("pageSize", "page_size") else { return value }
+        guard let n = Int(text), n >= 0 else { throw APIError.invalid("pageSize: must be a non-negative whole number") }
+        return n == 0 ? value : min(n, max)
+    }
+}
