@@ -81,6 +81,9 @@ public final class Application: Sendable {
         return routes
     }
 
+    /// Every route the service answers, as (method, template), ops routes included.
+    public var routeTable: [(method: String, template: String)] { opsRoutes().router.registered }
+
     private func serverGauges() -> [String] {
         guard let server = server.withLock({ $0 }) else { return [] }
         var lines = [
