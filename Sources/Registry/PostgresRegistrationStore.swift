@@ -16,14 +16,70 @@ public struct PostgresRegistrationStore: RegistrationStore {
         }
     }
 
-    public func refresh(_ r: Registration) async throws -> (Registration, RefreshOutcome) {
+    /// One statement on the common path: lock the installation, check its messaging consent and the stored
+    /// `clientTime`, upsert. A token that must move from another installation trips the unique index inside that
+    /// statement; that rare case is redone step by step in a transaction.
+    public func refresh(_ r: Registration) async throws -> RefreshResult {
+        do {
+            return try await refreshInOneStatement(r)
+        } catch let error as PostgresError where error.sqlState == PostgresError.uniqueViolation {
+            return try await refreshStepByStep(r)
+        }
+    }
+
+    private func refreshInOneStatement(_ r: Registration) async throws -> RefreshResult {
+        let rows = try await pool.query("""
+            WITH subject AS (
+                SELECT i.fid, coalesce(c.granted, false) AS granted FROM installations i
+                LEFT JOIN consents c ON c.project_id = i.project_id AND c.fid = i.fid AND c.purpose = 'messaging'
+                WHERE i.project_id = \(r.projectID) AND i.fid = \(r.fid) FOR UPDATE OF i
+            ), current AS (
+                SELECT token, client_time FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)
+            ), allowed AS (
+                SELECT 1 FROM subject WHERE granted AND NOT EXISTS (
+                    SELECT 1 FROM current WHERE current.client_time IS NOT NULL AND \(r.clientTime)::timestamptz IS NOT NULL
+                    AND \(r.clientTime)::timestamptz < current.client_time)
+            ), written AS (
+                INSERT INTO registrations (project_id, fid, token, platform, apns_token, apns_environment, state, client_time,
+                    created_at, refreshed_at)
+                SELECT \(r.projectID), \(r.fid), \(r.token), \(r.platform.rawValue), \(r.apnsToken), \(r.apnsEnvironment), 'active',
+                    \(r.clientTime)::timestamptz, \(r.createdAt), \(r.refreshedAt) FROM allowed
+                ON CONFLICT (project_id, fid) DO UPDATE SET token = excluded.token, platform = excluded.platform,
+                    apns_token = excluded.apns_token, apns_environment = excluded.apns_environment, state = 'active',
+                    client_time = excluded.client_time,
+                    created_at = CASE WHEN registrations.token = excluded.token THEN registrations.created_at ELSE excluded.created_at END,
+                    refreshed_at = excluded.refreshed_at
+                RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM subject) AS found, (SELECT bool_or(granted) FROM subject) AS granted,
+                   (SELECT token FROM current) AS previous, (SELECT count(*) FROM written) AS written
+            """)
+        guard let row = rows.first, try row.require("found", as: Int.self) == 1 else { return .installationNotFound }
+        guard try row.decode("granted", as: Bool.self) == true else { return .consentOff }
+        let previous: String? = try row.decode("previous")
+        guard try row.require("written", as: Int.self) == 1 else {
+            guard let current = try await find(projectID: r.projectID, fid: r.fid) else { return .installationNotFound }
+            return .stored(current, .ignoredAsOlder)
+        }
+        guard let stored = try await find(projectID: r.projectID, fid: r.fid) else { return .installationNotFound }
+        let outcome: RefreshOutcome = previous == nil ? .created : previous == r.token ? .refreshed : .superseded
+        return .stored(stored, outcome)
+    }
+
+    private func refreshStepByStep(_ r: Registration) async throws -> RefreshResult {
         try await pool.withTransaction { c in
             // Lock the installation so concurrent callbacks for it are ordered.
-            try await c.query("SELECT 1 FROM installations WHERE project_id = \(r.projectID) AND fid = \(r.fid) FOR UPDATE")
+            let subject = try await c.query("""
+                SELECT coalesce(c.granted, false) AS granted FROM installations i
+                LEFT JOIN consents c ON c.project_id = i.project_id AND c.fid = i.fid AND c.purpose = 'messaging'
+                WHERE i.project_id = \(r.projectID) AND i.fid = \(r.fid) FOR UPDATE OF i
+                """)
+            guard let row = subject.first else { return .installationNotFound }
+            guard try row.require("granted", as: Bool.self) else { return .consentOff }
             let current = try await c.query("SELECT * FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)")
                 .first.map(Self.decode)
             if let current, let stored = current.clientTime, let incoming = r.clientTime, incoming < stored {
-                return (current, .ignoredAsOlder)
+                return .stored(current, .ignoredAsOlder)
             }
             let moved = try await c.query(
                 "DELETE FROM registrations WHERE project_id = \(r.projectID) AND token = \(r.token) AND fid <> \(r.fid) RETURNING fid")
@@ -38,8 +94,19 @@ public struct PostgresRegistrationStore: RegistrationStore {
             } else {
                 outcome = .created
             }
-            return (stored, outcome)
+            return .stored(stored, outcome)
         }
+    }
+
+    public func fids(projectID: String, tokens: [String]) async throws -> [String: String] {
+        guard !tokens.isEmpty else { return [:] }
+        var out: [String: String] = [:]
+        for row in try await pool.query("""
+            SELECT token, fid FROM registrations WHERE project_id = \(projectID) AND token = ANY(\(TextArray(tokens))::text[])
+            """) {
+            out[try row.require("token")] = try row.require("fid")
+        }
+        return out
     }
 
     private static func write(_ r: Registration, on c: PostgresConnection) async throws {

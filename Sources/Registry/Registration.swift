@@ -73,12 +73,22 @@ public enum RefreshOutcome: String, Sendable {
     case ignoredAsOlder = "ignored_as_older"
 }
 
+/// What the store did with a refresh callback.
+public enum RefreshResult: Sendable {
+    case stored(Registration, RefreshOutcome)
+    case installationNotFound
+    case consentOff
+}
+
 /// Storage of registrations.
 public protocol RegistrationStore: Sendable {
     /// Creates or replaces the installation's registration (client routes); returns it as stored.
     func upsert(_ registration: Registration) async throws -> Registration
-    /// The token refresh callback: supersedes, moves a token from another installation, or ignores an older one.
-    func refresh(_ registration: Registration) async throws -> (Registration, RefreshOutcome)
+    /// The token refresh callback: supersedes, moves a token from another installation, or ignores an older one;
+    /// refused when the installation is missing or its messaging consent is off.
+    func refresh(_ registration: Registration) async throws -> RefreshResult
+    /// The installations of `tokens` (one query for a whole batch); tokens not found are absent.
+    func fids(projectID: String, tokens: [String]) async throws -> [String: String]
     func find(projectID: String, fid: String) async throws -> Registration?
     func find(projectID: String, token: String) async throws -> Registration?
     func find(projectID: String, apnsToken: String) async throws -> Registration?

@@ -59,10 +59,6 @@ public struct RegistrationService: Sendable {
 
     /// The token refresh callback from an app backend.
     public func refresh(project: Project, fid: String, template: Registration) async throws -> (Registration, RefreshOutcome) {
-        guard let installation = try await installations.find(project: project, fid: fid) else {
-            throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
-        }
-        try await requireConsent(installation)
         let now = clock.now()
         var registration = template
         registration.projectID = project.id
@@ -70,7 +66,12 @@ public struct RegistrationService: Sendable {
         registration.state = "active"
         registration.createdAt = now
         registration.refreshedAt = now
-        return try await registrations.refresh(registration)
+        switch try await registrations.refresh(registration) {
+        case let .stored(stored, outcome): return (stored, outcome)
+        case .installationNotFound: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
+        case .consentOff:
+            throw RegistryError(.failedPrecondition, "messaging consent (autoInitEnabled) is off for installation \(fid); record consent first")
+        }
     }
 
     /// The registration a path names, by token or FID.

@@ -60,20 +60,17 @@ struct IIDController: Sendable {
     }
 
     /// Maps each input token to its installation, or to the per-token error; results stay in input order.
+    /// One query for the whole batch.
     private func resolve(_ tokens: [JSONValue], project: Project) async throws -> [Result<String, IIDFailure>] {
-        var out: [Result<String, IIDFailure>] = []
-        for value in tokens {
+        let valid = tokens.compactMap { $0.stringValue }.filter(RegistrationService.isValidToken)
+        let fids = try await registrations.registrations.fids(projectID: project.id, tokens: Array(Set(valid)))
+        return tokens.map { value in
             guard let token = value.stringValue, RegistrationService.isValidToken(token) else {
-                out.append(.failure(IIDFailure(code: "INVALID_ARGUMENT")))
-                continue
+                return .failure(IIDFailure(code: "INVALID_ARGUMENT"))
             }
-            if let registration = try await registrations.find(project: project, tokenOrFID: token), registration.token == token {
-                out.append(.success(registration.fid))
-            } else {
-                out.append(.failure(IIDFailure(code: "NOT_FOUND")))
-            }
+            guard let fid = fids[token] else { return .failure(IIDFailure(code: "NOT_FOUND")) }
+            return .success(fid)
         }
-        return out
     }
 
     func batchAdd(_ context: RequestContext) async throws -> HTTPResponse {
