@@ -7,7 +7,7 @@
 SUBSCRIBERS=${SUBSCRIBERS:-1000000}
 build_release
 start_postgres
-start_service 18080
+start_service 18080 DB_POOL_SIZE=${DB_POOL_SIZE:-16}
 env DATABASE_URL="$PGURL" "$BIN" project create --id bench-proj --number 4242 >"$WORK/project.json"
 env DATABASE_URL="$PGURL" "$BIN" app create --project bench-proj --platform android >"$WORK/app.json"
 SERVER_KEY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["serverKey"])' "$WORK/project.json")
