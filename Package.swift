@@ -40,6 +40,6 @@ let package = Package(
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: swiftSettings),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: swiftSettings),
         .testTarget(name: "RegistryTests", dependencies: ["Registry", "TokenRegistryTesting"], swiftSettings: swiftSettings),
-        .testTarget(name: "APITests", dependencies: ["API", "TokenRegistryTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "APITests", dependencies: ["API", "TokenRegistryTesting", "Postgres", "Registry", "JSON", "Crypto", "HTTP"], swiftSettings: swiftSettings),
     ]
 )

@@ -17,26 +17,30 @@ public final class Application: Sendable {
     public let tokens: TokenIssuer
     public let registrations: RegistrationService
     public let targeting: TargetingService
+    public let deletions: DeletionService
+    public let jobs: Jobs
     public let clock: any Clock
     public let logger: Logger
     public let metrics = Metrics()
     let routes: Routes
     private let draining = Atomic<Bool>(false)
     private let server = Mutex<HTTPServer?>(nil)
+    private let background = Mutex<[Task<Void, Never>]>([])
 
     /// Connects to `conninfo` (migrated already) and assembles the service.
     public static func build(configuration: Configuration, conninfo: String, clock: any Clock = SystemClock(),
-                             logger: Logger? = nil) async throws -> Application {
+                             logger: Logger? = nil,
+                             transport: any DeliveryTransport = URLSessionDeliveryTransport()) async throws -> Application {
         let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: configuration.databasePoolSize))
         let tokens = TokenIssuer(pool: pool, clock: clock)
         try await tokens.reload()
         let fidKey = try await ServerSecrets.load("fid-hmac", pool: pool)
         return Application(configuration: configuration, pool: pool, tokens: tokens, fidKey: fidKey, clock: clock,
-                           logger: logger ?? Logger(level: configuration.logLevel))
+                           logger: logger ?? Logger(level: configuration.logLevel), transport: transport)
     }
 
     private init(configuration: Configuration, pool: PostgresPool, tokens: TokenIssuer, fidKey: [UInt8], clock: any Clock,
-                 logger: Logger) {
+                 logger: Logger, transport: any DeliveryTransport) {
         self.configuration = configuration
         self.pool = pool
         self.tokens = tokens
@@ -49,14 +53,16 @@ public final class Application: Sendable {
                                             consent: consent, installations: installations, clock: clock)
         targeting = TargetingService(pool: pool, clock: clock,
                                      freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays))
+        deletions = DeletionService(pool: pool, clock: clock, policy: configuration.deletionPolicy, fidKey: fidKey)
+        jobs = Jobs(pool: pool, deletions: deletions, installations: installations, transport: transport)
         routes = Application.makeRoutes(
             configuration: configuration, catalog: catalog, installations: installations, consent: consent,
-            registrations: registrations, targeting: targeting, clock: clock)
+            registrations: registrations, targeting: targeting, deletions: deletions, jobs: jobs, clock: clock)
     }
 
     private static func makeRoutes(configuration: Configuration, catalog: Catalog, installations: InstallationService,
                                    consent: ConsentService, registrations: RegistrationService, targeting: TargetingService,
-                                   clock: any Clock) -> Routes {
+                                   deletions: DeletionService, jobs: Jobs, clock: any Clock) -> Routes {
         var routes = Routes()
         let auth = Authenticator(catalog: catalog, installations: installations)
         let limits = InstallationsController.CreateLimits(
@@ -69,13 +75,14 @@ public final class Application: Sendable {
         TopicsController(auth: auth, registrations: registrations, targeting: targeting, clock: clock).register(&routes)
         IIDController(auth: auth, catalog: catalog, registrations: registrations, installations: installations, clock: clock)
             .register(&routes)
+        DeletionsController(auth: auth, deletions: deletions, jobs: jobs).register(&routes)
         return routes
     }
 
     /// Adds the ops routes, which need the running server's gauges.
     private func opsRoutes() -> Routes {
         var routes = self.routes
-        OpsController(pool: pool, migrator: Schema.migrator, tokens: tokens, metrics: metrics,
+        OpsController(pool: pool, migrator: Schema.migrator, tokens: tokens, metrics: metrics, jobs: jobs,
                       draining: { [weak self] in self?.draining.load(ordering: .relaxed) ?? true },
                       serverGauges: { [weak self] in self?.serverGauges() ?? [] }).register(&routes)
         return routes
@@ -122,9 +129,32 @@ public final class Application: Sendable {
         return port
     }
 
+    /// Runs the background jobs every `interval` seconds and the change-feed relay every 250 ms, until
+    /// ``shutdown()``. Every replica may run this: jobs claim their work with row locks or advisory locks.
+    public func startJobs() {
+        let interval = configuration.jobsIntervalSeconds
+        guard interval > 0 else { return }
+        let jobs = self.jobs
+        let logger = self.logger
+        let scheduler = Task {
+            while !Task.isCancelled {
+                do { try await jobs.runAll() } catch { logger.warning("job run failed", [("error", .string(String(describing: error)))]) }
+                try? await Task.sleep(for: .seconds(interval))
+            }
+        }
+        let relay = Task {
+            while !Task.isCancelled {
+                _ = try? await jobs.relayEvents()
+                try? await Task.sleep(for: .milliseconds(250))
+            }
+        }
+        background.withLock { $0 += [scheduler, relay] }
+    }
+
     /// Readiness turns false, listeners close, in-flight requests finish, then the pool closes.
     public func shutdown() async {
         draining.store(true, ordering: .relaxed)
+        for task in background.withLock({ $0 }) { task.cancel() }
         if let http = server.withLock({ $0 }) {
             await http.shutdown(drainTimeout: configuration.drainTimeoutSeconds)
         }

@@ -1,5 +1,6 @@
 import Foundation
 import HTTP
+import Registry
 
 /// A configuration value that could not be used; start-up stops with this message.
 public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
@@ -24,6 +25,10 @@ public struct Configuration: Sendable {
     /// Days without a refresh after which a registration is stale (still targeted) and expired (no longer targeted).
     public var staleDays = 30.0
     public var expireDays = 270.0
+    /// Deletion delivery, purge and expiry timing (see ``DeletionPolicy``).
+    public var deletionPolicy = DeletionPolicy()
+    /// How often each replica runs the jobs; 0 turns the loop off (then run `token-registry jobs run`).
+    public var jobsIntervalSeconds = 10.0
 
     public init(databaseURL: String? = nil, http: HTTPServer.Configuration = HTTPServer.Configuration()) {
         self.databaseURL = databaseURL
@@ -63,6 +68,15 @@ public struct Configuration: Sendable {
         c.trustForwardedFor = try reader.bool("TRUST_FORWARDED_FOR", default: false)
         c.staleDays = Double(try reader.int("STALE_AFTER_DAYS", default: 30, range: 1...3650))
         c.expireDays = Double(try reader.int("EXPIRE_AFTER_DAYS", default: 270, range: 1...3650))
+        c.deletionPolicy.backoffBase = Double(try reader.int("DELIVERY_BACKOFF_BASE_SECONDS", default: 1, range: 1...3600))
+        c.deletionPolicy.backoffMax = Double(try reader.int("DELIVERY_BACKOFF_MAX_SECONDS", default: 3600, range: 1...86_400))
+        c.deletionPolicy.auditPeriod = Double(try reader.int("DELETION_AUDIT_DAYS", default: 30, range: 0...180)) * 86_400
+        c.deletionPolicy.expireAfter = Double(try reader.int("INSTALLATION_EXPIRE_DAYS", default: 270, range: 1...3650)) * 86_400
+        c.deletionPolicy.eventRetention = Double(try reader.int("EVENT_RETENTION_DAYS", default: 7, range: 1...365)) * 86_400
+        if let hosts = env["LINKED_SERVICE_HOSTS"], !hosts.isEmpty {
+            c.deletionPolicy.allowedHosts = Set(hosts.split(separator: ",").map { $0.trimmingCharacters(in: " ").lowercased() })
+        }
+        c.jobsIntervalSeconds = Double(try reader.int("JOBS_INTERVAL_SECONDS", default: 10, range: 0...86_400))
         guard c.expireDays > c.staleDays else {
             throw ConfigurationError(variable: "EXPIRE_AFTER_DAYS", problem: "must be larger than STALE_AFTER_DAYS")
         }

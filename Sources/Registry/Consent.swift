@@ -129,9 +129,18 @@ public struct PostgresConsentStore: ConsentStore {
                 VALUES (\(projectID), \(fid), \(change.purpose), \(change.granted), \(previous), \(change.actor.rawValue),
                         \(change.source), \(change.policyVersion), \(at))
                 """)
+            try await c.query("""
+                INSERT INTO event_outbox (project_id, type, fid, data) VALUES (\(projectID), 'consent.changed', \(fid),
+                    \("{\"purpose\":\"\(change.purpose)\",\"autoInitEnabled\":\(change.granted)}"))
+                """)
             if change.purpose == ConsentService.messaging && !change.granted {
                 // Withdrawal disables the installation's registrations at once; only a new registration revives them.
-                try await c.query("UPDATE registrations SET state = 'disabled' WHERE project_id = \(projectID) AND fid = \(fid)")
+                let disabled = try await c.query("""
+                    UPDATE registrations SET state = 'disabled' WHERE project_id = \(projectID) AND fid = \(fid) AND state = 'active'
+                    """)
+                if disabled.affectedRows > 0 {
+                    try await c.query("INSERT INTO event_outbox (project_id, type, fid) VALUES (\(projectID), 'registration.disabled', \(fid))")
+                }
             }
             let state = ConsentState(purpose: change.purpose, granted: change.granted, policyVersion: change.policyVersion,
                                      source: change.source, actor: change.actor.rawValue, updatedAt: at)

@@ -33,7 +33,20 @@ public protocol InstallationStore: Sendable {
     /// Removes the installation and everything keyed by it, and retires the FID.
     ///
     /// - Returns: false when there was no such installation.
-    func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date) async throws -> Bool
+    func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date, reason: DeletionReason) async throws -> Bool
     /// True when this FID was deleted before (it is never handed out again).
     func isRetired(projectID: String, fidHMAC: [UInt8]) async throws -> Bool
+}
+
+/// Why an installation was deleted.
+public enum DeletionReason: String, Sendable {
+    /// The installation deleted itself (its refresh token).
+    case client
+    /// The app's backend deleted it (server key, admin SDK).
+    case server
+    /// It was idle longer than the expiry period.
+    case inactivity
+
+    /// Everything of a deleted FID is gone this long after the request (Firebase's promise: 180 days).
+    public static let deadline: TimeInterval = 180 * 86_400
 }

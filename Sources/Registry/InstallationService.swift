@@ -100,8 +100,9 @@ public struct InstallationService: Sendable {
     /// Deletes an installation and retires its FID.
     ///
     /// - Returns: false when there was no such installation.
-    public func delete(project: Project, fid: String) async throws -> Bool {
-        try await store.delete(projectID: project.id, fid: fid, fidHMAC: fidHMAC(projectID: project.id, fid: fid), at: clock.now())
+    public func delete(project: Project, fid: String, reason: DeletionReason) async throws -> Bool {
+        try await store.delete(projectID: project.id, fid: fid, fidHMAC: fidHMAC(projectID: project.id, fid: fid), at: clock.now(),
+                               reason: reason)
     }
 
     /// True when the FID was deleted before.

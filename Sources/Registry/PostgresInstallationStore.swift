@@ -26,6 +26,8 @@ public struct PostgresInstallationStore: InstallationStore {
             ), ledger AS (
                 INSERT INTO consent_events (project_id, fid, purpose, granted, previous, actor, source, recorded_at)
                 SELECT project_id, fid, 'messaging', \(initialConsent), NULL, 'default', 'app-default', created_at FROM created
+            ), event AS (
+                INSERT INTO event_outbox (project_id, type, fid) SELECT project_id, 'installation.created', fid FROM created
             )
             SELECT count(*) AS created FROM created
             """)
@@ -48,7 +50,10 @@ public struct PostgresInstallationStore: InstallationStore {
             "UPDATE installations SET last_seen_at = \(at) WHERE project_id = \(projectID) AND fid = \(fid) AND last_seen_at < \(at)")
     }
 
-    public func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date) async throws -> Bool {
+    /// The deletion, in one transaction: the installation and everything keyed by it leave the live tables, the FID
+    /// is retired (as a keyed hash), a deletion record with its 180-day deadline is written, one delivery per
+    /// linked service is queued, and an event is appended.
+    public func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date, reason: DeletionReason) async throws -> Bool {
         try await pool.withTransaction { c in
             let deleted = try await c.query("DELETE FROM installations WHERE project_id = \(projectID) AND fid = \(fid)")
             guard deleted.affectedRows == 1 else { return false }
@@ -56,6 +61,27 @@ public struct PostgresInstallationStore: InstallationStore {
             try await c.query("""
                 INSERT INTO retired_fids (project_id, fid_hmac, retired_at) VALUES (\(projectID), \(ByteA(fidHMAC)), \(at))
                 ON CONFLICT DO NOTHING
+                """)
+            let deadline = at.addingTimeInterval(DeletionReason.deadline)
+            try await c.query("""
+                WITH deletion AS (
+                    INSERT INTO deletions (project_id, fid, fid_hmac, reason, requested_at, deadline)
+                    VALUES (\(projectID), \(fid), \(ByteA(fidHMAC)), \(reason.rawValue), \(at), \(deadline))
+                    ON CONFLICT (project_id, fid) DO UPDATE SET requested_at = deletions.requested_at
+                    RETURNING id
+                ), queued AS (
+                    INSERT INTO deletion_deliveries (deletion_id, service, delivery_id, next_attempt_at)
+                    SELECT deletion.id, ls.name, md5(random()::text || clock_timestamp()::text || ls.name), \(at)
+                    FROM deletion, linked_services ls WHERE ls.project_id = \(projectID)
+                    ON CONFLICT DO NOTHING
+                    RETURNING deletion_id
+                )
+                UPDATE deletions SET completed_at = \(at)
+                WHERE id = (SELECT id FROM deletion) AND NOT EXISTS (SELECT 1 FROM queued)
+                """)
+            try await c.query("""
+                INSERT INTO event_outbox (project_id, type, fid, data) VALUES (\(projectID), 'installation.deleted', \(fid),
+                    \("{\"reason\":\"\(reason.rawValue)\"}"))
                 """)
             return true
         }

@@ -11,7 +11,9 @@ public struct PostgresRegistrationStore: RegistrationStore {
         try await pool.withTransaction { c in
             // A token held by another installation leaves it (tokens are unique per project).
             try await c.query("DELETE FROM registrations WHERE project_id = \(r.projectID) AND token = \(r.token) AND fid <> \(r.fid)")
+            let existed = !(try await c.query("SELECT 1 FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)").isEmpty)
             try await Self.write(r, on: c)
+            try await Self.event(existed ? "registration.refreshed" : "registration.created", r, on: c)
             return r
         }
     }
@@ -50,6 +52,10 @@ public struct PostgresRegistrationStore: RegistrationStore {
                     created_at = CASE WHEN registrations.token = excluded.token THEN registrations.created_at ELSE excluded.created_at END,
                     refreshed_at = excluded.refreshed_at
                 RETURNING 1
+            ), event AS (
+                INSERT INTO event_outbox (project_id, type, fid, data)
+                SELECT \(r.projectID), CASE WHEN NOT EXISTS (SELECT 1 FROM current) THEN 'registration.created'
+                    ELSE 'registration.refreshed' END, \(r.fid), \("{\"platform\":\"\(r.platform.rawValue)\"}") FROM written
             )
             SELECT (SELECT count(*) FROM subject) AS found, (SELECT bool_or(granted) FROM subject) AS granted,
                    (SELECT token FROM current) AS previous, (SELECT count(*) FROM written) AS written
@@ -94,6 +100,8 @@ public struct PostgresRegistrationStore: RegistrationStore {
             } else {
                 outcome = .created
             }
+            try await Self.event(outcome == .moved ? "registration.moved" : current == nil ? "registration.created" : "registration.refreshed",
+                                 stored, on: c)
             return .stored(stored, outcome)
         }
     }
@@ -107,6 +115,13 @@ public struct PostgresRegistrationStore: RegistrationStore {
             out[try row.require("token")] = try row.require("fid")
         }
         return out
+    }
+
+    private static func event(_ type: String, _ r: Registration, on c: PostgresConnection) async throws {
+        try await c.query("""
+            INSERT INTO event_outbox (project_id, type, fid, data)
+            VALUES (\(r.projectID), \(type), \(r.fid), \("{\"platform\":\"\(r.platform.rawValue)\"}"))
+            """)
     }
 
     private static func write(_ r: Registration, on c: PostgresConnection) async throws {

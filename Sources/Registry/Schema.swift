@@ -5,6 +5,7 @@ public enum Schema {
     public static let migrations: [Migration] = [
         Migration(version: 1, name: "initial", sql: String(decoding: PackageResources.m001_initial_sql, as: UTF8.self)),
         Migration(version: 2, name: "registrations", sql: String(decoding: PackageResources.m002_registrations_sql, as: UTF8.self)),
+        Migration(version: 3, name: "deletions", sql: String(decoding: PackageResources.m003_deletions_sql, as: UTF8.self)),
     ]
 
     public static var migrator: Migrator { Migrator(migrations: migrations) }

@@ -34,7 +34,8 @@ public final class RawHTTPClient: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard ok == 0 else {
-            close(fd)
+            // No close here: the instance is fully initialised, so deinit runs and closes the descriptor. Closing
+            // it twice would close whatever socket reused the number meanwhile (seen as EBADF in other tests).
             throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .ECONNREFUSED)
         }
         setTimeout(timeout)

@@ -20,6 +20,7 @@ enum Serve {
         if !applied.isEmpty { logger.info("migrations applied", [("versions", .array(applied.map { .int($0) }))]) }
         let app = try await Application.build(configuration: configuration, conninfo: database.conninfo, logger: logger)
         try app.start()
+        app.startJobs()
 
         let (signals, continuation) = AsyncStream.makeStream(of: Int32.self)
         let sources = [SIGTERM, SIGINT].map { number in

@@ -18,6 +18,8 @@ enum TokenRegistryCommand {
           token-registry app create --project <id|number> --platform ios|android|web
                                     [--bundle-id <id>] [--auto-init-default true|false]
           token-registry keys rotate           add a new auth-token signing key (old keys keep verifying)
+          token-registry jobs run [--now <RFC 3339 time>]
+                                               run each background job once (deliver, purge, expire, relay)
           token-registry version
           token-registry <command> --help
 
@@ -41,6 +43,7 @@ enum TokenRegistryCommand {
             case "project": return try await Admin.project(try Arguments(rest))
             case "app": return try await Admin.app(try Arguments(rest))
             case "keys": return try await Admin.keys(try Arguments(rest))
+            case "jobs": return try await Admin.jobs(try Arguments(rest))
             default: throw CLIError("unknown command '\(command)'; see token-registry --help")
             }
         } catch let error as CLIError {

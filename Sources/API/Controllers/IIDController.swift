@@ -193,7 +193,7 @@ struct IIDController: Sendable {
                     let registration = try await registrations.register(installation: installation, template: template)
                     results.append(["apns_token": .string(apns), "status": "OK", "registration_token": .string(registration.token)])
                 } catch let error as RegistryError where error.kind == .failedPrecondition {
-                    _ = try await installations.delete(project: project, fid: created.fid)
+                    _ = try await installations.delete(project: project, fid: created.fid, reason: .server)
                     results.append(["apns_token": .string(apns), "status": "FAILED_PRECONDITION"])
                 }
             }

@@ -10,6 +10,7 @@ struct OpsController: Sendable {
     let migrator: Migrator
     let tokens: TokenIssuer
     let metrics: Metrics
+    let jobs: Jobs
     let draining: @Sendable () -> Bool
     let serverGauges: @Sendable () -> [String]
 
@@ -51,6 +52,8 @@ struct OpsController: Sendable {
             "# HELP db_pool_waiting Requests waiting for a database connection.", "# TYPE db_pool_waiting gauge",
             "db_pool_waiting \(pool.waiting)",
         ]
+        // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
+        if let registry = try? await jobs.metricsLines() { extra += registry }
         return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render(extra: extra))
     }
 
