@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what is missing, starts a throwaway PostgreSQL, runs the Swift tests
-# (unit, property, live-server) and the conformance tests with the real Firebase Python clients, then stops.
+# (unit, property, live-server), the load-balancer topology test (three replicas behind HAProxy, one SIGTERM'd and one
+# SIGKILL'd under load) and the conformance tests with the real Firebase Python clients, then stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh haproxy
 . scripts/swift-env.sh
 eval "$(scripts/pg-test-cluster.sh start)"
 trap 'scripts/pg-test-cluster.sh stop' EXIT
 swift build
 swift build --build-tests
 swift test
-if [ -x conformance/run.sh ]; then conformance/run.sh; fi
+python3 tests/topology.py
+conformance/run.sh
