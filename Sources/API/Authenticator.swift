@@ -78,13 +78,3 @@ public struct Authenticator: Sendable {
         return try await installations.authenticate(project: project, authToken: token)
     }
 }
-
-extension StringProtocol {
-    func trimmingCharacters(in set: String) -> String {
-        let chars = Set(set)
-        var s = Substring(self)
-        while let f = s.first, chars.contains(f) { s.removeFirst() }
-        while let l = s.last, chars.contains(l) { s.removeLast() }
-        return String(s)
-    }
-}

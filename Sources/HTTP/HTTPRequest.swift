@@ -74,7 +74,8 @@ extension StringProtocol {
         String(self.map { $0 == target ? replacement : $0 })
     }
 
-    func trimmingCharacters(in set: String) -> String {
+    /// The text without leading and trailing characters from `set` (no Foundation needed).
+    public func trimmingCharacters(in set: String) -> String {
         let chars = Set(set)
         var s = Substring(self)
         while let f = s.first, chars.contains(f) { s.removeFirst() }

@@ -274,15 +274,3 @@ public struct Jobs: Sendable {
         return lines
     }
 }
-
-/// RFC 3339 rendering for the registry's own documents (the API layer has its own parser).
-enum Timestamp {
-    static func rfc3339(_ date: Date) -> String {
-        let seconds = Int64(date.timeIntervalSince1970.rounded(.down))
-        var t = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&t, &parts)
-        func pad(_ v: Int32, _ n: Int) -> String { let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s }
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))Z"
-    }
-}
