@@ -125,6 +125,9 @@ public final class HTTPServer: Sendable {
     @discardableResult
     public func start() throws -> Int {
         Socket.raiseFileLimit()
+        // Sends use MSG_NOSIGNAL, but other libraries in the process (libcurl for outgoing notices, pipes to child
+        // processes) may write to a closed peer; a process serving clients must never die of SIGPIPE.
+        signal(SIGPIPE, SIG_IGN)
         let configuration = core.configuration
         let first = try Socket.listen(host: configuration.host, port: configuration.port, backlog: configuration.backlog)
         boundPort.store(first.port, ordering: .relaxed)

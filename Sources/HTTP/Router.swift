@@ -103,29 +103,31 @@ public struct RouteTable: Sendable {
             guard let decoded = PercentDecoding.decode(raw) else { return .badPath("the path has invalid percent-encoding") }
             segments.append(decoded)
         }
-        var best: (route: Route, params: [String: String])?
-        var allowed: [String] = []
+        // The most specific templates that match the path decide, whatever the method: a path that names a custom
+        // verb (`…/{token}:sendability`) never falls back to a broader template (`…/{token}`) for another method.
+        var candidates: [(route: Route, params: [String: String])] = []
         for route in routes where route.segments.count == segments.count {
             guard let params = RouteTable.bind(route.segments, to: segments) else { continue }
-            if route.method == method || (method == "HEAD" && route.method == "GET") {
-                if let current = best {
-                    if RouteTable.isMoreSpecific(route.segments, than: current.route.segments) { best = (route, params) }
-                } else {
-                    best = (route, params)
+            if let first = candidates.first {
+                if RouteTable.isMoreSpecific(route.segments, than: first.route.segments) {
+                    candidates = [(route, params)]
+                } else if !RouteTable.isMoreSpecific(first.route.segments, than: route.segments) {
+                    candidates.append((route, params))
                 }
-            } else if !allowed.contains(route.method) {
-                allowed.append(route.method)
+            } else {
+                candidates.append((route, params))
             }
         }
-        if let best {
-            // A less specific template for this method must not win over a more specific one for another.
-            return .found(best.route.index, parameters: best.params, template: best.route.template)
+        if let hit = candidates.first(where: { $0.route.method == method })
+            ?? (method == "HEAD" ? candidates.first(where: { $0.route.method == "GET" }) : nil)
+        {
+            return .found(hit.route.index, parameters: hit.params, template: hit.route.template)
         }
-        if !allowed.isEmpty {
-            if allowed.contains("GET") && !allowed.contains("HEAD") { allowed.append("HEAD") }
-            return .methodNotAllowed(allowed: allowed)
-        }
-        return .notFound
+        guard !candidates.isEmpty else { return .notFound }
+        var allowed: [String] = []
+        for candidate in candidates where !allowed.contains(candidate.route.method) { allowed.append(candidate.route.method) }
+        if allowed.contains("GET") && !allowed.contains("HEAD") { allowed.append("HEAD") }
+        return .methodNotAllowed(allowed: allowed)
     }
 
     static func bind(_ template: [Segment], to segments: [String]) -> [String: String]? {

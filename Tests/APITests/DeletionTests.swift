@@ -205,12 +205,24 @@ struct DeletionTests {
                                    json: ["token": "life-1", "platform": "android"])
             _ = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: auth, json: ["autoInitEnabled": false])
             _ = try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)", headers: s.serverHeaders)
-            // A long poll started before the relay runs waits, then returns what the relay moved.
-            let poll = Task { try await s.request("GET", "/v1/projects/\(s.project.id)/events?waitSeconds=5", headers: s.serverHeaders) }
+            // A long poll started before the relay runs waits, then returns what the relay moved. The relay moves only
+            // events of transactions older than every running one (cluster-wide), so it may take a few rounds while the
+            // rest of the suite writes; a client then reads on from the cursor it got.
+            let poll = Task { try await s.request("GET", "/v1/projects/\(s.project.id)/events?waitSeconds=10", headers: s.serverHeaders) }
             try await Task.sleep(for: .milliseconds(300))
-            _ = try await s.app.jobs.relayEvents()
-            let reply = try await poll.value
-            let events = try #require(reply.json?["events"]?.arrayValue)
+            var moved = 0
+            for _ in 0..<100 where moved < 5 {
+                moved += try await s.app.jobs.relayEvents()
+                if moved < 5 { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            var reply = try await poll.value
+            var events = try #require(reply.json?["events"]?.arrayValue)
+            while events.count < 5, let cursor = reply.json?["nextCursor"]?.stringValue {
+                reply = try await s.request("GET", "/v1/projects/\(s.project.id)/events?after=\(cursor)&waitSeconds=2", headers: s.serverHeaders)
+                let more = reply.json?["events"]?.arrayValue ?? []
+                if more.isEmpty { break }
+                events += more
+            }
             #expect(events.map { $0["type"]?.stringValue } == ["installation.created", "registration.created", "consent.changed",
                                                               "registration.disabled", "installation.deleted"])
             let cursors = events.compactMap { $0["cursor"]?.stringValue.flatMap { Int64($0) } }

@@ -73,7 +73,7 @@ struct TopicsTests {
     @Test func iidBatchesAnswerInInputOrder() async throws {
         try await TestService.with { s in
             let regs = try await registered(s, count: 3)
-            let tokens: [JSONValue] = [.string(regs[0].token), "unknown-token", .string(regs[1].token), 42, "bad token", .string(regs[2].token)]
+            let tokens: [JSONValue] = [.string(regs[0].token), "unknown-token", .string(regs[1].token), "", "bad token", .string(regs[2].token)]
             let add = try await s.request("POST", "/iid/v1:batchAdd", headers: s.serverHeaders.merging(["access_token_auth": "true"]) { $1 },
                                           json: ["to": "/topics/news", "registration_tokens": .array(tokens)])
             #expect(add.status == 200, "\(add)")
@@ -91,6 +91,8 @@ struct TopicsTests {
             let unauthenticated = try await s.request("POST", "/iid/v1:batchAdd", json: ["to": "x", "registration_tokens": ["a"]])
             #expect(unauthenticated.status == 401)
             #expect(unauthenticated.json?["error"]?.stringValue == "UNAUTHENTICATED")
+            let notStrings = try await s.request("POST", "/iid/v1:batchAdd", headers: s.serverHeaders, json: ["to": "x", "registration_tokens": [42]])
+            #expect(notStrings.status == 400)
             let tooMany = try await s.request("POST", "/iid/v1:batchAdd", headers: s.serverHeaders,
                                               json: ["to": "x", "registration_tokens": .array((0...1000).map { .string("t\($0)") })])
             #expect(tooMany.status == 400)

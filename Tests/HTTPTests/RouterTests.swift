@@ -44,6 +44,14 @@ struct RouterTests {
         #expect(p2["token"] == "a%25b")
     }
 
+    @Test func aCustomVerbPathNeverFallsBackToABroaderTemplate() {
+        guard case let .methodNotAllowed(allowed) = router.match(method: "PATCH", path: "/v1/projects/p/registrations/tok:sendability") else {
+            Issue.record("expected 405"); return
+        }
+        #expect(allowed == ["GET", "HEAD"])
+        #expect(name("PATCH", "/v1/projects/p/registrations/tok:other") == "patch")
+    }
+
     @Test func notFoundAndMethodNotAllowed() {
         guard case let .methodNotAllowed(allowed) = router.match(method: "GET", path: "/v1/projects/p/installations") else {
             Issue.record("expected 405"); return

@@ -79,6 +79,11 @@ struct PostgresTests {
     @Test func blockingCallsRunOffTheCooperativePool() async throws {
         try await withDatabase { url in
             let pool = PostgresPool(.init(conninfo: url, maxConnections: 8))
+            // Open the eight connections first, so the measurement is of the sleeps, not of connecting.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 { group.addTask { try await pool.query("SELECT pg_sleep(0.05)") } }
+                try await group.waitForAll()
+            }
             let start = ContinuousClock.now
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<8 { group.addTask { try await pool.query("SELECT pg_sleep(0.5)") } }

@@ -56,6 +56,7 @@ struct IIDController: Sendable {
         guard Topic.isValid(topic) else { throw APIError.invalid("to: must be /topics/<name>") }
         let tokens = try body.array("registration_tokens", required: true, maxCount: IIDController.maxBatch)!
         guard !tokens.isEmpty else { throw APIError.invalid("registration_tokens: must not be empty") }
+        guard tokens.allSatisfy({ $0.stringValue != nil }) else { throw APIError.invalid("registration_tokens: every item must be a string") }
         return (topic, tokens)
     }
 
