@@ -44,8 +44,12 @@ struct IIDController: Sendable {
         else { return IIDController.error(401, "UNAUTHENTICATED") }
         do {
             return try await body(project)
-        } catch let error as APIError {
-            return IIDController.error(error.status, error.canonical)
+        } catch {
+            // Every failure in IID's own shape, including malformed JSON; an unavailable database stays a 503.
+            let mapped = APIError.from(error)
+            var response = IIDController.error(mapped.status, mapped.canonical)
+            for (name, value) in mapped.headers { response.headers.add(name: name, value: value) }
+            return response
         }
     }
 
@@ -173,7 +177,7 @@ struct IIDController: Sendable {
             let sandbox = try body.bool("sandbox") ?? false
             let tokens = try body.array("apns_tokens", required: true, maxCount: IIDController.maxImport)!
             guard let app = try await catalog.apps(projectID: project.id).first(where: { $0.platform == .ios && $0.bundleID == application }) else {
-                return IIDController.error(400, "INVALID_ARGUMENT")
+                return IIDController.error(404, "NOT_FOUND")
             }
             var results: [JSONValue] = []
             for value in tokens {
