@@ -12,4 +12,5 @@ swift build
 swift build --build-tests
 swift test
 python3 tests/topology.py
+python3 tests/replicas.py
 conformance/run.sh

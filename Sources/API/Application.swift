@@ -54,7 +54,7 @@ public final class Application: Sendable {
         targeting = TargetingService(pool: pool, clock: clock,
                                      freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays))
         deletions = DeletionService(pool: pool, clock: clock, policy: configuration.deletionPolicy, fidKey: fidKey)
-        jobs = Jobs(pool: pool, deletions: deletions, installations: installations, transport: transport)
+        jobs = Jobs(pool: pool, deletions: deletions, installations: installations, transport: transport, freshness: targeting.freshness)
         routes = Application.makeRoutes(
             configuration: configuration, catalog: catalog, installations: installations, consent: consent,
             registrations: registrations, targeting: targeting, deletions: deletions, jobs: jobs, clock: clock)

@@ -11,13 +11,16 @@ public struct Jobs: Sendable {
     let deletions: DeletionService
     let installations: InstallationService
     let transport: any DeliveryTransport
+    let freshness: Freshness
     public var clock: any Clock { deletions.clock }
 
     static let purgeLock: Int64 = 0x7472_7075_7267_6501
     static let expireLock: Int64 = 0x7472_6578_7069_7265
     static let relayLock: Int64 = 0x7472_7265_6c61_7901
 
-    public init(pool: PostgresPool, deletions: DeletionService, installations: InstallationService, transport: any DeliveryTransport) {
+    public init(pool: PostgresPool, deletions: DeletionService, installations: InstallationService, transport: any DeliveryTransport,
+                freshness: Freshness = Freshness()) {
+        self.freshness = freshness
         self.pool = pool
         self.deletions = deletions
         self.installations = installations
@@ -31,6 +34,7 @@ public struct Jobs: Sendable {
     public func runAll() async throws -> [String: Int] {
         var done: [String: Int] = [:]
         done["expire"] = try await timed("expire") { try await expireIdle() }
+        done["expire-registrations"] = try await timed("expire-registrations") { try await reportExpiredRegistrations() }
         done["deliver"] = try await timed("deliver") { try await deliverDue() }
         done["purge"] = try await timed("purge") { try await purge() }
         done["relay"] = try await timed("relay") { try await relayEvents() }
@@ -204,6 +208,22 @@ public struct Jobs: Sendable {
             try await lockHolder.query("SELECT pg_advisory_unlock(\(Jobs.expireLock))")
             return count
         }
+    }
+
+    /// Reports each registration that passed the expiry age once, as `registration.expired` (expiry itself is
+    /// decided when read, from the last refresh, so targeting never waits for this job).
+    public func reportExpiredRegistrations(batch: Int = 1000) async throws -> Int {
+        let cutoff = clock.now().addingTimeInterval(-freshness.expireAfter)
+        return try await pool.query("""
+            WITH due AS (
+                SELECT project_id, fid FROM registrations WHERE NOT expired_reported AND refreshed_at < \(cutoff)
+                LIMIT \(batch) FOR UPDATE SKIP LOCKED
+            ), marked AS (
+                UPDATE registrations r SET expired_reported = true FROM due
+                WHERE r.project_id = due.project_id AND r.fid = due.fid RETURNING r.project_id, r.fid
+            )
+            INSERT INTO event_outbox (project_id, type, fid) SELECT project_id, 'registration.expired', fid FROM marked
+            """).affectedRows
     }
 
     // MARK: - Change feed

@@ -48,7 +48,7 @@ public struct PostgresRegistrationStore: RegistrationStore {
                     \(r.clientTime)::timestamptz, \(r.createdAt), \(r.refreshedAt) FROM allowed
                 ON CONFLICT (project_id, fid) DO UPDATE SET token = excluded.token, platform = excluded.platform,
                     apns_token = excluded.apns_token, apns_environment = excluded.apns_environment, state = 'active',
-                    client_time = excluded.client_time,
+                    client_time = excluded.client_time, expired_reported = false,
                     created_at = CASE WHEN registrations.token = excluded.token THEN registrations.created_at ELSE excluded.created_at END,
                     refreshed_at = excluded.refreshed_at
                 RETURNING 1
@@ -135,7 +135,7 @@ public struct PostgresRegistrationStore: RegistrationStore {
                 apns_token = excluded.apns_token, apns_environment = excluded.apns_environment, bundle_id = excluded.bundle_id,
                 app_version = excluded.app_version, sdk_version = excluded.sdk_version, web_endpoint = excluded.web_endpoint,
                 web_auth = excluded.web_auth, web_p256dh = excluded.web_p256dh, web_app_key = excluded.web_app_key,
-                web_origin = excluded.web_origin, state = excluded.state, client_time = excluded.client_time,
+                web_origin = excluded.web_origin, state = excluded.state, client_time = excluded.client_time, expired_reported = false,
                 created_at = CASE WHEN registrations.token = excluded.token THEN registrations.created_at ELSE excluded.created_at END,
                 refreshed_at = excluded.refreshed_at
             """)

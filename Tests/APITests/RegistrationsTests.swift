@@ -136,6 +136,12 @@ struct RegistrationsTests {
             #expect(try await s.request("GET", path, headers: s.serverHeaders).json?["reason"]?.stringValue == "EXPIRED")
             #expect(try await s.request("GET", "/v1/projects/\(s.project.id)/topics/t/registrations", headers: s.serverHeaders)
                 .json?["registrations"]?.arrayValue?.isEmpty == true)
+            // The expiry is reported once in the change feed.
+            #expect(try await s.app.jobs.reportExpiredRegistrations() == 1)
+            #expect(try await s.app.jobs.reportExpiredRegistrations() == 0)
+            for _ in 0..<100 where try await s.app.jobs.relayEvents() == 0 { try await Task.sleep(for: .milliseconds(50)) }
+            let feed = try await s.request("GET", "/v1/projects/\(s.project.id)/events", headers: s.serverHeaders)
+            #expect(feed.json?["events"]?.arrayValue?.contains { $0["type"]?.stringValue == "registration.expired" } == true)
         }
     }
 
