@@ -59,6 +59,17 @@ struct ProcessTests {
         try await shell("scripts/pg-test-cluster.sh stop; rm -rf \(root)", environment: env)
     }
 
+    @Test func jobsRunOnceAtAGivenTime() async throws {
+        let url = try await TestDatabase.create()
+        defer { Task { await TestDatabase.drop(url) } }
+        let output = try await ServiceProcess.command(["jobs", "run", "--now", "2030-01-01T00:00:00Z"], environment: ["DATABASE_URL": url])
+        let done = try JSONParser.parse(output)
+        #expect(done["deliver"] != nil && done["purge"] != nil && done["expire"] != nil && done["relay"] != nil, "\(output)")
+        await #expect(throws: (any Error).self) {
+            try await ServiceProcess.command(["jobs", "run", "--now", "tomorrow"], environment: ["DATABASE_URL": url])
+        }
+    }
+
     @Test func invalidConfigurationStopsStartUpNamingTheVariable() async throws {
         let service = try ServiceProcess(environment: ["DATABASE_URL": "host=/nonexistent", "MAX_BODY_BYTES": "lots"])
         #expect(try await service.waitForExit() == 2)
