@@ -22,7 +22,9 @@ build_release() {
 
 start_postgres() {
   # fsync and synchronous commit on: an acknowledged write is durable, as in production.
-  eval "$(PG_ROOT=$WORK/pg PG_PORT=${BENCH_PG_PORT:-55433} PG_FSYNC=on "$REPO/scripts/pg-test-cluster.sh" start)"
+  local cluster_env
+  cluster_env=$(PG_ROOT=$WORK/pg PG_PORT=${BENCH_PG_PORT:-55433} PG_FSYNC=on "$REPO/scripts/pg-test-cluster.sh" start)
+  eval "$cluster_env"
   PGURL="host=$WORK/pg port=${BENCH_PG_PORT:-55433} dbname=bench user=postgres"
   psql "$TEST_DATABASE_URL" -qc "DROP DATABASE IF EXISTS bench WITH (FORCE)" -c "CREATE DATABASE bench" >/dev/null
 }

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh haproxy
 . scripts/swift-env.sh
-eval "$(scripts/pg-test-cluster.sh start)"
+cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start
+eval "$cluster_env"
 trap 'scripts/pg-test-cluster.sh stop' EXIT
 swift build
 swift build --build-tests
