@@ -1,5 +1,5 @@
 -- The SQL of one installation create, exactly as the service sends it: one statement doing the retired-FID
--- check, the installation row, its initial consent and the ledger entry (an implicit transaction).
+-- check, the installation row, its initial consent, the ledger entry and the change-feed event (an implicit transaction).
 \set r random(1, 2000000000)
 WITH retired AS (
     SELECT 1 FROM retired_fids WHERE project_id = 'bench-proj' AND fid_hmac = decode(md5(:r::text), 'hex')
@@ -15,5 +15,7 @@ WITH retired AS (
 ), ledger AS (
     INSERT INTO consent_events (project_id, fid, purpose, granted, previous, actor, source, recorded_at)
     SELECT project_id, fid, 'messaging', true, NULL, 'default', 'app-default', created_at FROM created
+), event AS (
+    INSERT INTO event_outbox (project_id, type, fid) SELECT project_id, 'installation.created', fid FROM created
 )
 SELECT count(*) AS created FROM created;
