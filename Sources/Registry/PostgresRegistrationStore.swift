@@ -51,25 +51,26 @@ public struct PostgresRegistrationStore: RegistrationStore {
                     client_time = excluded.client_time, expired_reported = false,
                     created_at = CASE WHEN registrations.token = excluded.token THEN registrations.created_at ELSE excluded.created_at END,
                     refreshed_at = excluded.refreshed_at
-                RETURNING 1
+                RETURNING *
             ), event AS (
                 INSERT INTO event_outbox (project_id, type, fid, data)
                 SELECT \(r.projectID), CASE WHEN NOT EXISTS (SELECT 1 FROM current) THEN 'registration.created'
                     ELSE 'registration.refreshed' END, \(r.fid), \("{\"platform\":\"\(r.platform.rawValue)\"}") FROM written
             )
             SELECT (SELECT count(*) FROM subject) AS found, (SELECT bool_or(granted) FROM subject) AS granted,
-                   (SELECT token FROM current) AS previous, (SELECT count(*) FROM written) AS written
+                   (SELECT token FROM current) AS previous, (SELECT count(*) FROM written) AS written_count, w.*
+            FROM (SELECT 1) AS one LEFT JOIN written w ON true
             """)
         guard let row = rows.first, try row.require("found", as: Int.self) == 1 else { return .installationNotFound }
         guard try row.decode("granted", as: Bool.self) == true else { return .consentOff }
         let previous: String? = try row.decode("previous")
-        guard try row.require("written", as: Int.self) == 1 else {
+        guard try row.require("written_count", as: Int.self) == 1 else {
             guard let current = try await find(projectID: r.projectID, fid: r.fid) else { return .installationNotFound }
             return .stored(current, .ignoredAsOlder)
         }
-        guard let stored = try await find(projectID: r.projectID, fid: r.fid) else { return .installationNotFound }
+        // The written row comes back with the statement: no second round trip.
         let outcome: RefreshOutcome = previous == nil ? .created : previous == r.token ? .refreshed : .superseded
-        return .stored(stored, outcome)
+        return .stored(try Self.decode(row), outcome)
     }
 
     private func refreshStepByStep(_ r: Registration) async throws -> RefreshResult {
