@@ -1,0 +1,96 @@
+import Foundation
+import Postgres
+import Testing
+
+@testable import Registry
+
+/// The registry's rules that need no database: identifiers, topics, conditions, back-off, sendability.
+@Suite("Registry rules")
+struct RegistryRulesTests {
+    @Test func generatedFIDsAreValidAndDistinct() throws {
+        var seen = Set<String>()
+        for _ in 0..<500 {
+            let fid = try Identifiers.newFID()
+            #expect(Identifiers.isValidFID(fid), "\(fid)")
+            #expect("cdef".contains(fid.first!))
+            seen.insert(fid)
+        }
+        #expect(seen.count == 500)
+    }
+
+    static let fids: [(String, Bool)] = [
+        ("dIsVQ2QVRT-TsRovAPrE3U", true), ("fAbCdEfGh_1", true), ("aIsVQ2QVRT-TsRovAPrE3U", false), ("", false),
+        ("d+HpS5GGsk4TIJxfsyPF3wA=", false), ("dIsVQ2QVRT-TsRovAPrE3", false), ("dIsVQ2QVRT/TsRovAPrE3U", false),
+    ]
+
+    @Test(arguments: fids)
+    func fidValidation(_ example: (String, Bool)) {
+        #expect(Identifiers.isValidFID(example.0) == example.1, "\(example.0)")
+    }
+
+    @Test func firebaseShapedKeysAndIDs() throws {
+        let key = try Identifiers.newAPIKey()
+        #expect(key.count == 39 && key.hasPrefix("AIza") && Identifiers.isValidAPIKey(key))
+        let app = try Identifiers.newAppID(projectNumber: 123, platform: .android)
+        #expect(app.hasPrefix("1:123:android:") && Identifiers.isValidAppID(app))
+        #expect(!Identifiers.isValidAppID("1:x:web:ab"))
+        #expect(Identifiers.isValidProjectID("demo-proj") && !Identifiers.isValidProjectID("Demo") && !Identifiers.isValidProjectID("ab"))
+        #expect(try Identifiers.newRefreshToken().hasPrefix("3_"))
+        let token = try RegistrationService.newToken(fid: "dIsVQ2QVRT-TsRovAPrE3U")
+        #expect(token.hasPrefix("dIsVQ2QVRT-TsRovAPrE3U:") && RegistrationService.isValidToken(token))
+        #expect(!RegistrationService.isValidToken("with space") && !RegistrationService.isValidToken(""))
+    }
+
+    @Test func topicNames() {
+        #expect(Topic.isValid("news") && Topic.isValid("a-b_c.d~e%f") && !Topic.isValid("") && !Topic.isValid("a b"))
+        #expect(Topic.isValid(String(repeating: "x", count: 900)) && !Topic.isValid(String(repeating: "x", count: 901)))
+        #expect(Topic.normalize("/topics/news") == "news")
+    }
+
+    @Test func conditionGrammarAndLimits() throws {
+        #expect(try Condition.parse("!('a' in topics) || 'b' in topics && 'c' in topics")
+            == .or(.not(.topic("a")), .and(.topic("b"), .topic("c"))))
+        #expect(try Condition.parse("'a' in topics && ('b' in topics || 'c' in topics)").topics == ["a", "b", "c"])
+        do {
+            _ = try Condition.parse("'a' in topics && ")
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.position == 17)
+        }
+        #expect(throws: ConditionError.self) {
+            try Condition.parse((1...6).map { "'t\($0)' in topics" }.joined(separator: " || "))
+        }
+    }
+
+    @Test func backoffDoublesWithJitterAndACap() {
+        var policy = DeletionPolicy()
+        policy.backoffBase = 1
+        policy.backoffMax = 3600
+        for attempts in 1...20 {
+            let nominal = min(3600, pow(2, Double(attempts - 1)))
+            let delay = policy.backoff(afterAttempts: attempts)
+            #expect(delay >= nominal * 0.8 && delay <= nominal * 1.2, "attempt \(attempts): \(delay)")
+        }
+    }
+
+    @Test func sendabilityFollowsStateConsentAndAge() {
+        let clock = ManualClock(Date(timeIntervalSince1970: 1_800_000_000))
+        let targeting = TargetingService(pool: PostgresPool(.init(conninfo: "")), clock: clock,
+                                         freshness: Freshness(staleDays: 30, expireDays: 270))
+        func registration(ageDays: Double, state: String = "active") -> Registration {
+            let at = clock.now().addingTimeInterval(-ageDays * 86_400)
+            return Registration(projectID: "p", fid: "f", token: "t", platform: .web, state: state, createdAt: at, refreshedAt: at)
+        }
+        #expect(targeting.sendability(of: registration(ageDays: 1), messagingConsent: true) == .ok)
+        #expect(targeting.sendability(of: registration(ageDays: 31), messagingConsent: true) == .stale)
+        #expect(targeting.sendability(of: registration(ageDays: 271), messagingConsent: true) == .expired)
+        #expect(targeting.sendability(of: registration(ageDays: 1), messagingConsent: false) == .noConsent)
+        #expect(targeting.sendability(of: registration(ageDays: 1, state: "disabled"), messagingConsent: true) == .disabled)
+        #expect(Sendability.stale.sendable && !Sendability.expired.sendable)
+    }
+
+    @Test func consentPurposes() {
+        #expect(ConsentService.isValidPurpose("messaging") && ConsentService.isValidPurpose("marketing-email"))
+        #expect(!ConsentService.isValidPurpose("Messaging") && !ConsentService.isValidPurpose("") && !ConsentService.isValidPurpose("1x"))
+    }
+}
