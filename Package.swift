@@ -2,13 +2,13 @@
 import PackageDescription
 
 let swiftSettings: [SwiftSetting] = [
-    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("ExistentialAny")
 ]
 
 let package = Package(
     name: "TokenRegistry",
     products: [
-        .executable(name: "token-registry", targets: ["token-registry"]),
+        .executable(name: "token-registry", targets: ["token-registry"])
     ],
     targets: [
         // System libraries: Debian -dev packages wrapped as modules.
@@ -36,10 +36,15 @@ let package = Package(
             path: "Sources/TokenRegistryTesting", swiftSettings: swiftSettings),
 
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "TokenRegistryTesting"], swiftSettings: swiftSettings),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TokenRegistryTesting"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "PostgresTests", dependencies: ["Postgres", "TokenRegistryTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: swiftSettings),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: swiftSettings),
-        .testTarget(name: "RegistryTests", dependencies: ["Registry", "TokenRegistryTesting"], swiftSettings: swiftSettings),
-        .testTarget(name: "APITests", dependencies: ["API", "TokenRegistryTesting", "Postgres", "Registry", "JSON", "Crypto", "HTTP"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "RegistryTests", dependencies: ["Registry", "TokenRegistryTesting"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "APITests",
+            dependencies: ["API", "TokenRegistryTesting", "Postgres", "Registry", "JSON", "Crypto", "HTTP"],
+            swiftSettings: swiftSettings),
     ]
 )

@@ -52,7 +52,9 @@ public struct APIError: Error, Sendable {
     }
 
     public var json: JSONValue {
-        var error: [(String, JSONValue)] = [("code", .int(status)), ("message", .string(message)), ("status", .string(canonical))]
+        var error: [(String, JSONValue)] = [
+            ("code", .int(status)), ("message", .string(message)), ("status", .string(canonical)),
+        ]
         if !details.isEmpty { error.append(("details", .array(details))) }
         return .object([("error", .object(error))])
     }

@@ -28,53 +28,70 @@ public final class Application: Sendable {
     private let background = Mutex<[Task<Void, Never>]>([])
 
     /// Connects to `conninfo` (migrated already) and assembles the service.
-    public static func build(configuration: Configuration, conninfo: String, clock: any Clock = SystemClock(),
-                             logger: Logger? = nil,
-                             transport: any DeliveryTransport = URLSessionDeliveryTransport()) async throws -> Application {
+    public static func build(
+        configuration: Configuration, conninfo: String, clock: any Clock = SystemClock(),
+        logger: Logger? = nil,
+        transport: any DeliveryTransport = URLSessionDeliveryTransport()
+    ) async throws -> Application {
         let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: configuration.databasePoolSize))
         let tokens = TokenIssuer(pool: pool, clock: clock)
         try await tokens.reload()
         let fidKey = try await ServerSecrets.load("fid-hmac", pool: pool)
-        return Application(configuration: configuration, pool: pool, tokens: tokens, fidKey: fidKey, clock: clock,
-                           logger: logger ?? Logger(level: configuration.logLevel), transport: transport)
+        return Application(
+            configuration: configuration, pool: pool, tokens: tokens, fidKey: fidKey, clock: clock,
+            logger: logger ?? Logger(level: configuration.logLevel), transport: transport)
     }
 
-    private init(configuration: Configuration, pool: PostgresPool, tokens: TokenIssuer, fidKey: [UInt8], clock: any Clock,
-                 logger: Logger, transport: any DeliveryTransport) {
+    private init(
+        configuration: Configuration, pool: PostgresPool, tokens: TokenIssuer, fidKey: [UInt8], clock: any Clock,
+        logger: Logger, transport: any DeliveryTransport
+    ) {
         self.configuration = configuration
         self.pool = pool
         self.tokens = tokens
         self.clock = clock
         self.logger = logger
         catalog = Catalog(store: PostgresCatalogStore(pool: pool))
-        installations = InstallationService(store: PostgresInstallationStore(pool: pool), tokens: tokens, clock: clock, fidKey: fidKey)
+        installations = InstallationService(
+            store: PostgresInstallationStore(pool: pool), tokens: tokens, clock: clock, fidKey: fidKey)
         consent = ConsentService(store: PostgresConsentStore(pool: pool), clock: clock)
-        registrations = RegistrationService(registrations: PostgresRegistrationStore(pool: pool), topics: PostgresTopicStore(pool: pool),
-                                            consent: consent, installations: installations, clock: clock)
-        targeting = TargetingService(pool: pool, clock: clock,
-                                     freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays))
+        registrations = RegistrationService(
+            registrations: PostgresRegistrationStore(pool: pool), topics: PostgresTopicStore(pool: pool),
+            consent: consent, installations: installations, clock: clock)
+        targeting = TargetingService(
+            pool: pool, clock: clock,
+            freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays))
         deletions = DeletionService(pool: pool, clock: clock, policy: configuration.deletionPolicy, fidKey: fidKey)
-        jobs = Jobs(pool: pool, deletions: deletions, installations: installations, transport: transport, freshness: targeting.freshness)
+        jobs = Jobs(
+            pool: pool, deletions: deletions, installations: installations, transport: transport,
+            freshness: targeting.freshness)
         routes = Application.makeRoutes(
             configuration: configuration, catalog: catalog, installations: installations, consent: consent,
             registrations: registrations, targeting: targeting, deletions: deletions, jobs: jobs, clock: clock)
     }
 
-    private static func makeRoutes(configuration: Configuration, catalog: Catalog, installations: InstallationService,
-                                   consent: ConsentService, registrations: RegistrationService, targeting: TargetingService,
-                                   deletions: DeletionService, jobs: Jobs, clock: any Clock) -> Routes {
+    private static func makeRoutes(
+        configuration: Configuration, catalog: Catalog, installations: InstallationService,
+        consent: ConsentService, registrations: RegistrationService, targeting: TargetingService,
+        deletions: DeletionService, jobs: Jobs, clock: any Clock
+    ) -> Routes {
         var routes = Routes()
         let auth = Authenticator(catalog: catalog, installations: installations)
         let limits = InstallationsController.CreateLimits(
-            perKey: RateLimiter(ratePerSecond: configuration.createRatePerKey, burst: configuration.createRatePerKey * 2),
-            perAddress: RateLimiter(ratePerSecond: configuration.createRatePerAddress, burst: configuration.createRatePerAddress * 2),
+            perKey: RateLimiter(
+                ratePerSecond: configuration.createRatePerKey, burst: configuration.createRatePerKey * 2),
+            perAddress: RateLimiter(
+                ratePerSecond: configuration.createRatePerAddress, burst: configuration.createRatePerAddress * 2),
             trustForwardedFor: configuration.trustForwardedFor)
-        InstallationsController(auth: auth, installations: installations, catalog: catalog, createLimits: limits).register(&routes)
+        InstallationsController(auth: auth, installations: installations, catalog: catalog, createLimits: limits)
+            .register(&routes)
         ConsentController(auth: auth, installations: installations, consent: consent).register(&routes)
         RegistrationsController(auth: auth, registrations: registrations, targeting: targeting).register(&routes)
         TopicsController(auth: auth, registrations: registrations, targeting: targeting, clock: clock).register(&routes)
-        IIDController(auth: auth, catalog: catalog, registrations: registrations, installations: installations, clock: clock)
-            .register(&routes)
+        IIDController(
+            auth: auth, catalog: catalog, registrations: registrations, installations: installations, clock: clock
+        )
+        .register(&routes)
         DeletionsController(auth: auth, deletions: deletions, jobs: jobs).register(&routes)
         return routes
     }
@@ -82,9 +99,11 @@ public final class Application: Sendable {
     /// Adds the ops routes, which need the running server's gauges.
     private func opsRoutes() -> Routes {
         var routes = self.routes
-        OpsController(pool: pool, migrator: Schema.migrator, tokens: tokens, metrics: metrics, jobs: jobs,
-                      draining: { [weak self] in self?.draining.load(ordering: .relaxed) ?? true },
-                      serverGauges: { [weak self] in self?.serverGauges() ?? [] }).register(&routes)
+        OpsController(
+            pool: pool, migrator: Schema.migrator, tokens: tokens, metrics: metrics, jobs: jobs,
+            draining: { [weak self] in self?.draining.load(ordering: .relaxed) ?? true },
+            serverGauges: { [weak self] in self?.serverGauges() ?? [] }
+        ).register(&routes)
         return routes
     }
 
@@ -99,7 +118,8 @@ public final class Application: Sendable {
             "# HELP http_in_flight_requests Requests being handled now.", "# TYPE http_in_flight_requests gauge",
             "http_in_flight_requests \(server.inFlightRequests)",
             "# HELP http_refused_connections_total Connections refused at the connection limit.",
-            "# TYPE http_refused_connections_total counter", "http_refused_connections_total \(server.refusedConnections)",
+            "# TYPE http_refused_connections_total counter",
+            "http_refused_connections_total \(server.refusedConnections)",
             "# HELP http_protocol_errors_total Requests rejected by the HTTP parser, by status.",
             "# TYPE http_protocol_errors_total counter",
         ]
@@ -117,9 +137,12 @@ public final class Application: Sendable {
     @discardableResult
     public func start() throws -> Int {
         let table = opsRoutes().router
-        let http = HTTPServer(configuration: configuration.http, errorResponse: { status, message in
-            APIError(status, Application.canonical(status), message).response
-        }, logger: { [logger] message in logger.warning(message) }) { [weak self] request in
+        let http = HTTPServer(
+            configuration: configuration.http,
+            errorResponse: { status, message in
+                APIError(status, Application.canonical(status), message).response
+            }, logger: { [logger] message in logger.warning(message) }
+        ) { [weak self] request in
             guard let self else { return APIError(503, "UNAVAILABLE", "shutting down").response }
             return await self.handle(request, router: table)
         }
@@ -138,7 +161,9 @@ public final class Application: Sendable {
         let logger = self.logger
         let scheduler = Task {
             while !Task.isCancelled {
-                do { try await jobs.runAll() } catch { logger.warning("job run failed", [("error", .string(String(describing: error)))]) }
+                do { try await jobs.runAll() } catch {
+                    logger.warning("job run failed", [("error", .string(String(describing: error)))])
+                }
                 try? await Task.sleep(for: .seconds(interval))
             }
         }
@@ -174,19 +199,26 @@ public final class Application: Sendable {
         switch router.match(method: request.method, path: request.path) {
         case let .found(handler, parameters, matched):
             template = matched
-            let context = RequestContext(request: request, parameters: parameters, requestID: requestID, template: matched)
+            let context = RequestContext(
+                request: request, parameters: parameters, requestID: requestID, template: matched)
             do {
                 response = try await handler(context)
             } catch {
                 let apiError = APIError.from(error)
                 if apiError.status >= 500 {
-                    logger.error("request failed", [("requestId", .string(requestID)), ("route", .string(matched)),
-                                                    ("error", .string(String(describing: error)))])
+                    logger.error(
+                        "request failed",
+                        [
+                            ("requestId", .string(requestID)), ("route", .string(matched)),
+                            ("error", .string(String(describing: error))),
+                        ])
                 }
                 response = apiError.response
             }
         case let .methodNotAllowed(allowed):
-            var error = APIError(405, "INVALID_ARGUMENT", "method \(request.method) is not allowed here; allowed: \(allowed.joined(separator: ", "))")
+            var error = APIError(
+                405, "INVALID_ARGUMENT",
+                "method \(request.method) is not allowed here; allowed: \(allowed.joined(separator: ", "))")
             error.headers.add(name: "allow", value: allowed.joined(separator: ", "))
             response = error.response
         case .notFound:
@@ -199,10 +231,13 @@ public final class Application: Sendable {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         metrics.observe(method: request.method, route: template, status: response.status, seconds: seconds)
         if logger.level <= .info {
-            logger.info("request", [
-                ("requestId", .string(requestID)), ("method", .string(request.method)), ("route", .string(template)),
-                ("status", .int(response.status)), ("durationMs", .number(String(format: "%.3f", seconds * 1000))),
-            ])
+            logger.info(
+                "request",
+                [
+                    ("requestId", .string(requestID)), ("method", .string(request.method)),
+                    ("route", .string(template)),
+                    ("status", .int(response.status)), ("durationMs", .number(String(format: "%.3f", seconds * 1000))),
+                ])
         }
         return response
     }
@@ -210,7 +245,9 @@ public final class Application: Sendable {
     /// Uses the caller's `X-Request-Id` when it is a short token, else makes one.
     static func requestID(_ given: String?) -> String {
         if let given, (1...64).contains(given.utf8.count),
-            given.utf8.allSatisfy({ Identifiers.isPlainText(String(UnicodeScalar($0)), limit: 1) && $0 != 0x20 && $0 < 0x80 })
+            given.utf8.allSatisfy({
+                Identifiers.isPlainText(String(UnicodeScalar($0)), limit: 1) && $0 != 0x20 && $0 < 0x80
+            })
         {
             return given
         }

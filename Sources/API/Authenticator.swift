@@ -45,7 +45,8 @@ public struct Authenticator: Sendable {
 
     /// Requires a server key of `project`.
     public func server(_ context: RequestContext, project: Project) async throws {
-        guard let authorization = context.header("authorization"), authorization.lowercased().hasPrefix("bearer ") else {
+        guard let authorization = context.header("authorization"), authorization.lowercased().hasPrefix("bearer ")
+        else {
             throw APIError.unauthenticated("a server key is required (Authorization: Bearer <server key>)")
         }
         let key = String(authorization.dropFirst(7)).trimmingCharacters(in: " ")
@@ -72,7 +73,8 @@ public struct Authenticator: Sendable {
     /// The installation whose auth token came in `x-goog-firebase-installations-auth`, with or without `FIS `.
     public func installation(_ context: RequestContext, project: Project) async throws -> Installation {
         guard var token = context.header("x-goog-firebase-installations-auth"), !token.isEmpty else {
-            throw APIError.unauthenticated("an installation auth token is required (x-goog-firebase-installations-auth)")
+            throw APIError.unauthenticated(
+                "an installation auth token is required (x-goog-firebase-installations-auth)")
         }
         if token.hasPrefix("FIS ") { token = String(token.dropFirst(4)) }
         return try await installations.authenticate(project: project, authToken: token)

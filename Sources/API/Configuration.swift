@@ -38,7 +38,9 @@ public struct Configuration: Sendable {
     /// Reads the environment.
     ///
     /// - Throws: ``ConfigurationError`` naming the first variable whose value is not usable.
-    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> Configuration {
+    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) throws
+        -> Configuration
+    {
         var c = Configuration()
         let reader = EnvironmentReader(env: env)
         c.databaseURL = env["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
@@ -53,28 +55,38 @@ public struct Configuration: Sendable {
             }
             c.logLevel = parsed
         }
-        c.http.eventLoops = try reader.int("EVENT_LOOPS", default: ProcessInfo.processInfo.activeProcessorCount, range: 1...256)
+        c.http.eventLoops = try reader.int(
+            "EVENT_LOOPS", default: ProcessInfo.processInfo.activeProcessorCount, range: 1...256)
         c.http.maxConnections = try reader.int("MAX_CONNECTIONS", default: 16_384, range: 1...1_000_000)
         c.http.limits.maxBodyBytes = try reader.int("MAX_BODY_BYTES", default: 1_048_576, range: 1024...64 * 1_048_576)
         c.http.limits.maxHeaderBytes = try reader.int("MAX_HEADER_BYTES", default: 32_768, range: 1024...1_048_576)
         c.http.limits.maxHeaderCount = try reader.int("MAX_HEADER_COUNT", default: 100, range: 8...10_000)
-        c.http.limits.maxRequestLineBytes = try reader.int("MAX_REQUEST_LINE_BYTES", default: 8192, range: 256...1_048_576)
-        c.http.requestTimeoutMillis = UInt64(try reader.int("REQUEST_TIMEOUT_MS", default: 10_000, range: 100...600_000))
+        c.http.limits.maxRequestLineBytes = try reader.int(
+            "MAX_REQUEST_LINE_BYTES", default: 8192, range: 256...1_048_576)
+        c.http.requestTimeoutMillis = UInt64(
+            try reader.int("REQUEST_TIMEOUT_MS", default: 10_000, range: 100...600_000))
         c.http.idleTimeoutMillis = UInt64(try reader.int("IDLE_TIMEOUT_MS", default: 75_000, range: 100...3_600_000))
         c.drainTimeoutSeconds = Double(try reader.int("DRAIN_TIMEOUT_SECONDS", default: 10, range: 0...3600))
         c.databasePoolSize = try reader.int("DB_POOL_SIZE", default: 16, range: 1...1000)
         c.createRatePerKey = Double(try reader.int("RATE_LIMIT_CREATE_PER_KEY", default: 500, range: 0...1_000_000))
-        c.createRatePerAddress = Double(try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))
+        c.createRatePerAddress = Double(
+            try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))
         c.trustForwardedFor = try reader.bool("TRUST_FORWARDED_FOR", default: false)
         c.staleDays = Double(try reader.int("STALE_AFTER_DAYS", default: 30, range: 1...3650))
         c.expireDays = Double(try reader.int("EXPIRE_AFTER_DAYS", default: 270, range: 1...3650))
-        c.deletionPolicy.backoffBase = Double(try reader.int("DELIVERY_BACKOFF_BASE_SECONDS", default: 1, range: 1...3600))
-        c.deletionPolicy.backoffMax = Double(try reader.int("DELIVERY_BACKOFF_MAX_SECONDS", default: 3600, range: 1...86_400))
-        c.deletionPolicy.auditPeriod = Double(try reader.int("DELETION_AUDIT_DAYS", default: 30, range: 0...180)) * 86_400
-        c.deletionPolicy.expireAfter = Double(try reader.int("INSTALLATION_EXPIRE_DAYS", default: 270, range: 1...3650)) * 86_400
-        c.deletionPolicy.eventRetention = Double(try reader.int("EVENT_RETENTION_DAYS", default: 7, range: 1...365)) * 86_400
+        c.deletionPolicy.backoffBase = Double(
+            try reader.int("DELIVERY_BACKOFF_BASE_SECONDS", default: 1, range: 1...3600))
+        c.deletionPolicy.backoffMax = Double(
+            try reader.int("DELIVERY_BACKOFF_MAX_SECONDS", default: 3600, range: 1...86_400))
+        c.deletionPolicy.auditPeriod =
+            Double(try reader.int("DELETION_AUDIT_DAYS", default: 30, range: 0...180)) * 86_400
+        c.deletionPolicy.expireAfter =
+            Double(try reader.int("INSTALLATION_EXPIRE_DAYS", default: 270, range: 1...3650)) * 86_400
+        c.deletionPolicy.eventRetention =
+            Double(try reader.int("EVENT_RETENTION_DAYS", default: 7, range: 1...365)) * 86_400
         if let hosts = env["LINKED_SERVICE_HOSTS"], !hosts.isEmpty {
-            c.deletionPolicy.allowedHosts = Set(hosts.split(separator: ",").map { $0.trimmingCharacters(in: " ").lowercased() })
+            c.deletionPolicy.allowedHosts = Set(
+                hosts.split(separator: ",").map { $0.trimmingCharacters(in: " ").lowercased() })
         }
         c.jobsIntervalSeconds = Double(try reader.int("JOBS_INTERVAL_SECONDS", default: 10, range: 0...86_400))
         guard c.expireDays > c.staleDays else {
@@ -90,7 +102,10 @@ struct EnvironmentReader {
     func int(_ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
         guard let text = env[name] else { return value }
         guard let parsed = Int(text.trimmingCharacters(in: " ")), range.contains(parsed) else {
-            throw ConfigurationError(variable: name, problem: "must be a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text.prefix(40))'")
+            throw ConfigurationError(
+                variable: name,
+                problem:
+                    "must be a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text.prefix(40))'")
         }
         return parsed
     }

@@ -54,7 +54,9 @@ public struct Logger: Sendable {
         var seconds = ts.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ v: Int, _ n: Int) -> String { let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s }
+        func pad(_ v: Int, _ n: Int) -> String {
+            let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s
+        }
         return "\(pad(Int(parts.tm_year) + 1900, 4))-\(pad(Int(parts.tm_mon) + 1, 2))-\(pad(Int(parts.tm_mday), 2))T"
             + "\(pad(Int(parts.tm_hour), 2)):\(pad(Int(parts.tm_min), 2)):\(pad(Int(parts.tm_sec), 2)).\(pad(ts.tv_nsec / 1_000_000, 3))Z"
     }

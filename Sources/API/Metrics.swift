@@ -42,8 +42,11 @@ public final class Metrics: Sendable {
         let snapshot = state.withLock { $0 }
         var out = "# HELP http_requests_total Requests answered, by method, route template and status.\n"
         out += "# TYPE http_requests_total counter\n"
-        for (key, value) in snapshot.requests.sorted(by: { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }) {
-            out += "http_requests_total{method=\"\(key.method)\",route=\"\(escape(key.route))\",status=\"\(key.status)\"} \(value)\n"
+        for (key, value) in snapshot.requests.sorted(by: {
+            ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status)
+        }) {
+            out +=
+                "http_requests_total{method=\"\(key.method)\",route=\"\(escape(key.route))\",status=\"\(key.status)\"} \(value)\n"
         }
         out += "# HELP http_request_duration_seconds Time from parsed request to response, by route template.\n"
         out += "# TYPE http_request_duration_seconds histogram\n"

@@ -20,7 +20,9 @@ public struct RequestContext: Sendable {
             throw APIError.invalid("the request body must be a JSON object")
         }
         let value = try JSONParser.parse(request.body)
-        guard case .object = value else { throw APIError.invalid("the request body must be a JSON object, not \(value.typeName)") }
+        guard case .object = value else {
+            throw APIError.invalid("the request body must be a JSON object, not \(value.typeName)")
+        }
         return value
     }
 
@@ -40,12 +42,16 @@ public struct FieldReader {
     func name(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
 
     /// A string member. Absent or null gives nil; `required` makes that an error.
-    public func string(_ key: String, required: Bool = false, maxBytes: Int = 1024, allowEmpty: Bool = true) throws -> String? {
+    public func string(_ key: String, required: Bool = false, maxBytes: Int = 1024, allowEmpty: Bool = true) throws
+        -> String?
+    {
         guard let value = object[key], !value.isNull else {
             if required { throw APIError.invalid("\(name(key)): required field is missing") }
             return nil
         }
-        guard let s = value.stringValue else { throw APIError.invalid("\(name(key)): must be a string, not \(value.typeName)") }
+        guard let s = value.stringValue else {
+            throw APIError.invalid("\(name(key)): must be a string, not \(value.typeName)")
+        }
         guard s.utf8.count <= maxBytes else { throw APIError.invalid("\(name(key)): longer than \(maxBytes) bytes") }
         if !allowEmpty && s.isEmpty { throw APIError.invalid("\(name(key)): must not be empty") }
         return s
@@ -54,7 +60,8 @@ public struct FieldReader {
     /// A string of printable characters only (no control characters).
     public func text(_ key: String, required: Bool = false, maxBytes: Int = 256) throws -> String? {
         guard let s = try string(key, required: required, maxBytes: maxBytes) else { return nil }
-        guard s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7f && !(0x80..<0xa0).contains($0.value) }) else {
+        guard s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7f && !(0x80..<0xa0).contains($0.value) })
+        else {
             throw APIError.invalid("\(name(key)): must not contain control characters")
         }
         return s
@@ -65,7 +72,9 @@ public struct FieldReader {
             if required { throw APIError.invalid("\(name(key)): required field is missing") }
             return nil
         }
-        guard let b = value.boolValue else { throw APIError.invalid("\(name(key)): must be a boolean, not \(value.typeName)") }
+        guard let b = value.boolValue else {
+            throw APIError.invalid("\(name(key)): must be a boolean, not \(value.typeName)")
+        }
         return b
     }
 
@@ -75,7 +84,9 @@ public struct FieldReader {
             if required { throw APIError.invalid("\(name(key)): required field is missing") }
             return nil
         }
-        guard case .object = value else { throw APIError.invalid("\(name(key)): must be an object, not \(value.typeName)") }
+        guard case .object = value else {
+            throw APIError.invalid("\(name(key)): must be an object, not \(value.typeName)")
+        }
         return FieldReader(value, path: name(key))
     }
 
@@ -84,7 +95,9 @@ public struct FieldReader {
             if required { throw APIError.invalid("\(name(key)): required field is missing") }
             return nil
         }
-        guard let items = value.arrayValue else { throw APIError.invalid("\(name(key)): must be an array, not \(value.typeName)") }
+        guard let items = value.arrayValue else {
+            throw APIError.invalid("\(name(key)): must be an array, not \(value.typeName)")
+        }
         guard items.count <= maxCount else { throw APIError.invalid("\(name(key)): more than \(maxCount) items") }
         return items
     }
@@ -93,6 +106,7 @@ public struct FieldReader {
 /// JSON responses.
 extension HTTPResponse {
     public static func json(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
-        HTTPResponse(status: status, headers: ["content-type": "application/json; charset=utf-8"], body: value.encoded())
+        HTTPResponse(
+            status: status, headers: ["content-type": "application/json; charset=utf-8"], body: value.encoded())
     }
 }

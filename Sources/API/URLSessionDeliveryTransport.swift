@@ -2,7 +2,7 @@ import Foundation
 import Registry
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// Posts deletion notices to linked services with URLSession (libcurl underneath), with a per-request timeout.

@@ -35,7 +35,9 @@ public final class ES256PrivateKey: @unchecked Sendable {
 
     /// Builds a key from its JWK parts: the public point `x`, `y` and the private scalar `d` (32 bytes each).
     public convenience init(x: [UInt8], y: [UInt8], d: [UInt8]) throws {
-        guard x.count == 32, y.count == 32, d.count == 32 else { throw CryptoError(.invalidKey, "P-256 parts are 32 bytes") }
+        guard x.count == 32, y.count == 32, d.count == 32 else {
+            throw CryptoError(.invalidKey, "P-256 parts are 32 bytes")
+        }
         let point = [0x04] + x + y
         guard let key = shim_p256_from_components(point, point.count, d, d.count) else {
             throw CryptoError(.invalidKey, "invalid P-256 private key")
@@ -144,7 +146,8 @@ public final class ES256PublicKey: @unchecked Sendable {
 
     /// The RFC 7638 thumbprint: SHA-256 of the canonical JWK members, base64url-encoded.
     public var thumbprint: String {
-        let canonical = "{\"crv\":\"P-256\",\"kty\":\"EC\",\"x\":\"\(Base64URL.encode(x))\",\"y\":\"\(Base64URL.encode(y))\"}"
+        let canonical =
+            "{\"crv\":\"P-256\",\"kty\":\"EC\",\"x\":\"\(Base64URL.encode(x))\",\"y\":\"\(Base64URL.encode(y))\"}"
         return Base64URL.encode(SHA256.hash(canonical))
     }
 

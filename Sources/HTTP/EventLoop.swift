@@ -1,4 +1,5 @@
 import CLinuxShims
+import Dispatch
 import Glibc
 import Synchronization
 
@@ -19,12 +20,20 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
     private let core: HTTPServer.Core
     private let epollFD: Int32
     private let wakeFD: Int32
+    /// The eventfd while the loop runs, -1 once it is closed. Every write to it happens under this lock, so a
+    /// late wake-up (a handler finishing after shutdown) can never write into a descriptor number that another
+    /// part of the process (a database socket) has reused since.
+    private let wakeHandle: Mutex<Int32>
     private var listenFD: Int32
     private var connections: [Int32: HTTPConnection] = [:]
     private let inbox = Mutex<[Completion]>([])
     private let commands = Mutex<[Command]>([])
     /// Jobs of handler tasks that prefer this loop as their executor (see ``dispatch(_:on:)``).
-    private let jobs = Mutex<[UnownedJob]>([])
+    /// Jobs of tasks that prefer this loop, and whether the loop has stopped (then jobs run on Dispatch instead).
+    private let jobs = Mutex<(queue: [UnownedJob], stopped: Bool)>(([], false))
+
+    /// Loops are kept for the life of the process: tasks hold this executor unowned and may resume after shutdown.
+    private static let retained = Mutex<[EventLoop]>([])
     private let finished = Mutex(false)
     private let releasedListener = Mutex(false)
     private var nextID: UInt64 = 0
@@ -39,8 +48,10 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
         guard epollFD >= 0 else { throw SocketError("epoll_create1") }
         wakeFD = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
         guard wakeFD >= 0 else { throw SocketError("eventfd") }
+        wakeHandle = Mutex(wakeFD)
         register(wakeFD, events: EPOLLIN.rawValue, op: EPOLL_CTL_ADD)
         register(listenFD, events: EPOLLIN.rawValue | EPOLLEXCLUSIVE.rawValue, op: EPOLL_CTL_ADD)
+        EventLoop.retained.withLock { $0.append(self) }
     }
 
     var isFinished: Bool { finished.withLock { $0 } }
@@ -55,8 +66,11 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
     }
 
     private func wake() {
-        var one: UInt64 = 1
-        _ = write(wakeFD, &one, 8)
+        wakeHandle.withLock { fd in
+            guard fd >= 0 else { return }
+            var one: UInt64 = 1
+            _ = write(fd, &one, 8)
+        }
     }
 
     /// Posts a handler's response; called from the handler's task.
@@ -77,12 +91,19 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
     /// for each request. A handler that awaits a database call suspends; its continuation comes back here.
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        let wasEmpty = jobs.withLock { queue -> Bool in
-            let empty = queue.isEmpty
-            queue.append(job)
-            return empty
+        let (wasEmpty, stopped) = jobs.withLock { state -> (Bool, Bool) in
+            if state.stopped { return (false, true) }
+            let empty = state.queue.isEmpty
+            state.queue.append(job)
+            return (empty, false)
         }
-        if wasEmpty { wake() }
+        if stopped {
+            // The loop has stopped: a task that still prefers it (a handler finishing after shutdown) runs on.
+            let executor = asUnownedTaskExecutor()
+            DispatchQueue.global().async { job.runSynchronously(on: executor) }
+        } else if wasEmpty {
+            wake()
+        }
     }
 
     func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
@@ -90,12 +111,15 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
     private func runJobs() {
         // Bounded rounds, so a handler that keeps re-enqueueing cannot starve the sockets.
         for _ in 0..<4 {
-            let batch = jobs.withLock { queue -> [UnownedJob] in defer { queue.removeAll(keepingCapacity: true) }; return queue }
+            let batch = jobs.withLock { state -> [UnownedJob] in
+                defer { state.queue.removeAll(keepingCapacity: true) }
+                return state.queue
+            }
             if batch.isEmpty { return }
             let executor = asUnownedTaskExecutor()
             for job in batch { job.runSynchronously(on: executor) }
         }
-        if jobs.withLock({ !$0.isEmpty }) { wake() }
+        if jobs.withLock({ !$0.queue.isEmpty }) { wake() }
     }
 
     // MARK: - Loop
@@ -128,7 +152,9 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
             }
             runJobs()
             drainInbox(now: now)
-            for command in commands.withLock({ c -> [Command] in defer { c.removeAll() }; return c }) {
+            for command in commands.withLock({ c -> [Command] in
+                defer { c.removeAll() }; return c
+            }) {
                 switch command {
                 case .drain: beginDrain()
                 case .stop: running = false
@@ -147,7 +173,18 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
         for connection in Array(connections.values) { closeConnection(connection) }
         releaseListener()
         close(epollFD)
-        close(wakeFD)
+        wakeHandle.withLock { fd in
+            close(fd)
+            fd = -1
+        }
+        // Jobs still queued, and any that arrive from now on, run on Dispatch.
+        let leftover = jobs.withLock { state -> [UnownedJob] in
+            state.stopped = true
+            defer { state.queue.removeAll() }
+            return state.queue
+        }
+        let executor = asUnownedTaskExecutor()
+        for job in leftover { DispatchQueue.global().async { job.runSynchronously(on: executor) } }
         finished.withLock { $0 = true }
     }
 
@@ -174,7 +211,8 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
             }
             guard let (fd, remote) = accepted else { return }
             if core.openConnections.load(ordering: .relaxed) >= core.configuration.maxConnections {
-                var refusal = core.errorResponse(503, "too many open connections").serialized(version: .http1_1, keepAlive: false)
+                var refusal = core.errorResponse(503, "too many open connections").serialized(
+                    version: .http1_1, keepAlive: false)
                 _ = send(fd, &refusal, refusal.count, Int32(MSG_NOSIGNAL))
                 close(fd)
                 core.refusedConnections.add(1, ordering: .relaxed)
@@ -182,7 +220,8 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
             }
             core.openConnections.add(1, ordering: .relaxed)
             nextID &+= 1
-            let connection = HTTPConnection(fd: fd, id: nextID, remote: remote, limits: core.configuration.limits, now: now)
+            let connection = HTTPConnection(
+                fd: fd, id: nextID, remote: remote, limits: core.configuration.limits, now: now)
             connections[fd] = connection
             connection.interest = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
             register(fd, events: connection.interest, op: EPOLL_CTL_ADD)
@@ -267,13 +306,16 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
     }
 
     private func drainInbox(now: UInt64) {
-        let completions = inbox.withLock { items -> [Completion] in defer { items.removeAll() }; return items }
+        let completions = inbox.withLock { items -> [Completion] in
+            defer { items.removeAll() }; return items
+        }
         for completion in completions {
             core.inFlightRequests.subtract(1, ordering: .relaxed)
             // The connection may have closed and its descriptor been reused: match the id, not just the fd.
             guard let connection = connections[completion.fd], connection.id == completion.id else { continue }
             connection.inFlight = false
-            let keepAlive = connection.inFlightKeepAlive && !draining && !connection.peerClosed
+            let keepAlive =
+                connection.inFlightKeepAlive && !draining && !connection.peerClosed
                 && completion.response.headers["connection"]?.lowercased() != "close"
             if !keepAlive { connection.closeAfterWrite = true }
             let bytes = completion.response.serialized(
@@ -299,8 +341,9 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
     private func flush(_ connection: HTTPConnection, now: UInt64) {
         while connection.hasPendingOutput {
             let n = connection.output.withUnsafeBytes { buffer in
-                send(connection.fd, buffer.baseAddress! + connection.outputOffset,
-                     buffer.count - connection.outputOffset, Int32(MSG_NOSIGNAL))
+                send(
+                    connection.fd, buffer.baseAddress! + connection.outputOffset,
+                    buffer.count - connection.outputOffset, Int32(MSG_NOSIGNAL))
             }
             if n > 0 {
                 connection.outputOffset += n

@@ -6,9 +6,12 @@ extension HTTPParser {
         switch phase {
         case .size:
             guard let lf = firstLF(from: position) else {
-                return buffer.count - position > 1024 ? .error(HTTPParseError(400, "chunk size line too long")) : .needMore
+                return buffer.count - position > 1024
+                    ? .error(HTTPParseError(400, "chunk size line too long")) : .needMore
             }
-            guard lf > position, buffer[lf - 1] == 0x0d else { return .error(HTTPParseError(400, "bare LF in chunked body")) }
+            guard lf > position, buffer[lf - 1] == 0x0d else {
+                return .error(HTTPParseError(400, "bare LF in chunked body"))
+            }
             let line = buffer[position..<(lf - 1)]
             guard line.count <= 1024 else { return .error(HTTPParseError(400, "chunk size line too long")) }
             var size = 0
@@ -59,10 +62,14 @@ extension HTTPParser {
                 return seen + buffer.count - position > limits.maxHeaderBytes
                     ? .error(HTTPParseError(431, "trailer section too large")) : .needMore
             }
-            guard lf > position, buffer[lf - 1] == 0x0d else { return .error(HTTPParseError(400, "bare LF in trailers")) }
+            guard lf > position, buffer[lf - 1] == 0x0d else {
+                return .error(HTTPParseError(400, "bare LF in trailers"))
+            }
             let line = buffer[position..<(lf - 1)]
             let total = seen + line.count + 2
-            guard total <= limits.maxHeaderBytes else { return .error(HTTPParseError(431, "trailer section too large")) }
+            guard total <= limits.maxHeaderBytes else {
+                return .error(HTTPParseError(431, "trailer section too large"))
+            }
             if let e = checkHeadBytes(position..<(lf + 1), complete: true) { return .error(e) }
             position = lf + 1
             if line.isEmpty { return .done }

@@ -122,8 +122,9 @@ public struct HTTPParser {
         } catch {
             return fail(error)
         }
-        let request = HTTPRequest(method: head.method, target: head.target, version: head.version,
-                                  headers: headers, body: decoded)
+        let request = HTTPRequest(
+            method: head.method, target: head.target, version: head.version,
+            headers: headers, body: decoded)
         state = .head
         body = []
         continueRequested = false
@@ -330,8 +331,10 @@ public struct HTTPParser {
         } else if headers.values("host").count > 1 {
             return .failure(HTTPParseError(400, "repeated Host header"))
         }
-        return .success(Head(method: String(decoding: parts[0], as: UTF8.self),
-                             target: String(decoding: target, as: UTF8.self), version: version, headers: headers))
+        return .success(
+            Head(
+                method: String(decoding: parts[0], as: UTF8.self),
+                target: String(decoding: target, as: UTF8.self), version: version, headers: headers))
     }
 
     static func isTokenChar(_ c: UInt8) -> Bool {

@@ -17,8 +17,10 @@ public struct HTTPRequest: Sendable {
     /// The peer's address, `ip:port`.
     public var remoteAddress: String = ""
 
-    public init(method: String, target: String, version: HTTPVersion = .http1_1, headers: HTTPHeaders = [:],
-                body: [UInt8] = []) {
+    public init(
+        method: String, target: String, version: HTTPVersion = .http1_1, headers: HTTPHeaders = [:],
+        body: [UInt8] = []
+    ) {
         self.method = method
         self.target = target
         self.version = version

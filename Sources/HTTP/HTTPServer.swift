@@ -28,9 +28,11 @@ public final class HTTPServer: Sendable {
         public var maxConnections: Int
         public var backlog: Int32
 
-        public init(host: String = "0.0.0.0", port: Int = 8080, eventLoops: Int = ProcessInfo.processInfo.activeProcessorCount,
-                    limits: HTTPLimits = HTTPLimits(), requestTimeoutMillis: UInt64 = 10_000,
-                    idleTimeoutMillis: UInt64 = 75_000, maxConnections: Int = 16_384, backlog: Int32 = 4096) {
+        public init(
+            host: String = "0.0.0.0", port: Int = 8080, eventLoops: Int = ProcessInfo.processInfo.activeProcessorCount,
+            limits: HTTPLimits = HTTPLimits(), requestTimeoutMillis: UInt64 = 10_000,
+            idleTimeoutMillis: UInt64 = 75_000, maxConnections: Int = 16_384, backlog: Int32 = 4096
+        ) {
             self.host = host
             self.port = port
             self.eventLoops = max(1, eventLoops)
@@ -53,8 +55,11 @@ public final class HTTPServer: Sendable {
         let refusedConnections = Atomic<Int>(0)
         let parseErrors = Mutex<[Int: Int]>([:])
 
-        init(configuration: Configuration, handler: @escaping HTTPHandler,
-             errorResponse: @escaping @Sendable (Int, String) -> HTTPResponse, logger: @escaping @Sendable (String) -> Void) {
+        init(
+            configuration: Configuration, handler: @escaping HTTPHandler,
+            errorResponse: @escaping @Sendable (Int, String) -> HTTPResponse,
+            logger: @escaping @Sendable (String) -> Void
+        ) {
             self.configuration = configuration
             self.handler = handler
             self.errorResponse = errorResponse
@@ -74,10 +79,12 @@ public final class HTTPServer: Sendable {
     /// - Parameters:
     ///   - errorResponse: renders protocol errors (400, 408, 413, 414, 431, 503 …) that never reach `handler`.
     ///   - logger: receives rare server-level messages (accept failures).
-    public init(configuration: Configuration,
-                errorResponse: @escaping @Sendable (Int, String) -> HTTPResponse = HTTPServer.defaultErrorResponse,
-                logger: @escaping @Sendable (String) -> Void = { _ in },
-                handler: @escaping HTTPHandler) {
+    public init(
+        configuration: Configuration,
+        errorResponse: @escaping @Sendable (Int, String) -> HTTPResponse = HTTPServer.defaultErrorResponse,
+        logger: @escaping @Sendable (String) -> Void = { _ in },
+        handler: @escaping HTTPHandler
+    ) {
         core = Core(configuration: configuration, handler: handler, errorResponse: errorResponse, logger: logger)
     }
 
@@ -99,8 +106,9 @@ public final class HTTPServer: Sendable {
             default: escaped.unicodeScalars.append(c.value < 0x20 ? " " : c)
             }
         }
-        return HTTPResponse(status: status, contentType: "application/json",
-                            body: "{\"error\":{\"code\":\(status),\"message\":\"\(escaped)\",\"status\":\"\(canonical)\"}}")
+        return HTTPResponse(
+            status: status, contentType: "application/json",
+            body: "{\"error\":{\"code\":\(status),\"message\":\"\(escaped)\",\"status\":\"\(canonical)\"}}")
     }
 
     /// The port the server listens on (useful after binding port 0).
@@ -129,7 +137,8 @@ public final class HTTPServer: Sendable {
         // processes) may write to a closed peer; a process serving clients must never die of SIGPIPE.
         signal(SIGPIPE, SIG_IGN)
         let configuration = core.configuration
-        let first = try Socket.listen(host: configuration.host, port: configuration.port, backlog: configuration.backlog)
+        let first = try Socket.listen(
+            host: configuration.host, port: configuration.port, backlog: configuration.backlog)
         boundPort.store(first.port, ordering: .relaxed)
         listener.store(first.fd, ordering: .relaxed)
         var created: [EventLoop] = []

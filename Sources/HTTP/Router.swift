@@ -31,7 +31,8 @@ public struct Router<Handler: Sendable>: Sendable {
 
     public func match(method: String, path: some StringProtocol) -> Match {
         switch table.match(method: method, path: String(path)) {
-        case let .found(index, parameters, template): return .found(handlers[index], parameters: parameters, template: template)
+        case let .found(index, parameters, template):
+            return .found(handlers[index], parameters: parameters, template: template)
         case let .methodNotAllowed(allowed): return .methodNotAllowed(allowed: allowed)
         case .notFound: return .notFound
         case let .badPath(reason): return .badPath(reason)
@@ -95,12 +96,15 @@ public struct RouteTable: Sendable {
         guard path.hasPrefix("/") else { return .badPath("the path must start with '/'") }
         var trimmed = Substring(path)
         if trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
-        let rawSegments = trimmed == "/" ? [] : trimmed.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+        let rawSegments =
+            trimmed == "/" ? [] : trimmed.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
         var segments: [String] = []
         segments.reserveCapacity(rawSegments.count)
         for raw in rawSegments {
             guard !raw.isEmpty else { return .notFound }
-            guard let decoded = PercentDecoding.decode(raw) else { return .badPath("the path has invalid percent-encoding") }
+            guard let decoded = PercentDecoding.decode(raw) else {
+                return .badPath("the path has invalid percent-encoding")
+            }
             segments.append(decoded)
         }
         // The most specific templates that match the path decide, whatever the method: a path that names a custom
@@ -125,7 +129,9 @@ public struct RouteTable: Sendable {
         }
         guard !candidates.isEmpty else { return .notFound }
         var allowed: [String] = []
-        for candidate in candidates where !allowed.contains(candidate.route.method) { allowed.append(candidate.route.method) }
+        for candidate in candidates where !allowed.contains(candidate.route.method) {
+            allowed.append(candidate.route.method)
+        }
         if allowed.contains("GET") && !allowed.contains("HEAD") { allowed.append("HEAD") }
         return .methodNotAllowed(allowed: allowed)
     }

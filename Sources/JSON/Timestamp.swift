@@ -8,8 +8,11 @@ public enum Timestamp {
         let fraction = micros - Int64(seconds) * 1_000_000
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ v: Int64, _ n: Int) -> String { let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s }
-        return "\(pad(Int64(parts.tm_year) + 1900, 4))-\(pad(Int64(parts.tm_mon) + 1, 2))-\(pad(Int64(parts.tm_mday), 2))T"
+        func pad(_ v: Int64, _ n: Int) -> String {
+            let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s
+        }
+        return
+            "\(pad(Int64(parts.tm_year) + 1900, 4))-\(pad(Int64(parts.tm_mon) + 1, 2))-\(pad(Int64(parts.tm_mday), 2))T"
             + "\(pad(Int64(parts.tm_hour), 2)):\(pad(Int64(parts.tm_min), 2)):\(pad(Int64(parts.tm_sec), 2)).\(pad(fraction, 6))Z"
     }
 
@@ -17,7 +20,8 @@ public enum Timestamp {
     public static func parse(_ text: String) -> Date? {
         let c = Array(text.utf8)
         guard (20...40).contains(c.count), c[4] == UInt8(ascii: "-"), c[7] == UInt8(ascii: "-"),
-            c[10] == UInt8(ascii: "T") || c[10] == UInt8(ascii: "t"), c[13] == UInt8(ascii: ":"), c[16] == UInt8(ascii: ":")
+            c[10] == UInt8(ascii: "T") || c[10] == UInt8(ascii: "t"), c[13] == UInt8(ascii: ":"),
+            c[16] == UInt8(ascii: ":")
         else { return nil }
         func num(_ from: Int, _ len: Int) -> Int? {
             var v = 0
@@ -27,8 +31,10 @@ public enum Timestamp {
             }
             return v
         }
-        guard let year = num(0, 4), let month = num(5, 2), let day = num(8, 2), let hour = num(11, 2), let minute = num(14, 2),
-            let second = num(17, 2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+        guard let year = num(0, 4), let month = num(5, 2), let day = num(8, 2), let hour = num(11, 2),
+            let minute = num(14, 2),
+            let second = num(17, 2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60,
+            second < 61
         else { return nil }
         var i = 19
         var fraction = 0.0
@@ -48,7 +54,8 @@ public enum Timestamp {
         if c[i] == UInt8(ascii: "Z") || c[i] == UInt8(ascii: "z") {
             i += 1
         } else if c[i] == UInt8(ascii: "+") || c[i] == UInt8(ascii: "-") {
-            guard i + 6 == c.count, c[i + 3] == UInt8(ascii: ":"), let hh = num(i + 1, 2), let mm = num(i + 4, 2), hh < 24, mm < 60
+            guard i + 6 == c.count, c[i + 3] == UInt8(ascii: ":"), let hh = num(i + 1, 2), let mm = num(i + 4, 2),
+                hh < 24, mm < 60
             else { return nil }
             offset = (c[i] == UInt8(ascii: "-") ? -1 : 1) * (hh * 3600 + mm * 60)
             i += 6

@@ -35,8 +35,9 @@ public struct EmbeddedPostgres: Sendable {
             try run("/bin/chmod", ["700", directory], asPostgres: false)
         }
         if !FileManager.default.fileExists(atPath: dataDirectory + "/PG_VERSION") {
-            try run(bin + "/initdb", ["-D", dataDirectory, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
-                    asPostgres: asRoot)
+            try run(
+                bin + "/initdb", ["-D", dataDirectory, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
+                asPostgres: asRoot)
         }
         let running = (try? run(bin + "/pg_ctl", ["-D", dataDirectory, "status"], asPostgres: asRoot)) != nil
         if !running {
@@ -44,14 +45,17 @@ public struct EmbeddedPostgres: Sendable {
             // The server inherits pg_ctl's output; a pipe would stay open for the server's lifetime, so discard it
             // (the server writes its own log to server.log).
             do {
-                try run(bin + "/pg_ctl", ["-D", dataDirectory, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options, "start"],
-                        asPostgres: asRoot, captureOutput: false)
+                try run(
+                    bin + "/pg_ctl",
+                    ["-D", dataDirectory, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options, "start"],
+                    asPostgres: asRoot, captureOutput: false)
             } catch let error as PostgresError {
                 let log = (try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? ""
                 throw PostgresError(.connectionFailed, message: error.message + " " + String(log.suffix(2000)))
             }
         }
-        let admin = try await PostgresConnection.connect("host=\(socketDirectory) port=\(port) dbname=postgres user=postgres")
+        let admin = try await PostgresConnection.connect(
+            "host=\(socketDirectory) port=\(port) dbname=postgres user=postgres")
         let exists = try await admin.query("SELECT 1 FROM pg_database WHERE datname = \(database)")
         if exists.isEmpty {
             let quoted = "\"" + database.replacingOccurrences(of: "\"", with: "\"\"") + "\""
@@ -72,15 +76,19 @@ public struct EmbeddedPostgres: Sendable {
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
         let candidates = versions.compactMap(Int.init).sorted(by: >).map { "\(root)/\($0)/bin" }
         guard let bin = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0 + "/initdb") }) else {
-            throw PostgresError(.connectionFailed, message:
-                "DATABASE_URL is not set and no PostgreSQL server binaries were found under /usr/lib/postgresql; "
-                + "install them (Debian: apt-get install postgresql) or set DATABASE_URL")
+            throw PostgresError(
+                .connectionFailed,
+                message:
+                    "DATABASE_URL is not set and no PostgreSQL server binaries were found under /usr/lib/postgresql; "
+                    + "install them (Debian: apt-get install postgresql) or set DATABASE_URL")
         }
         return bin
     }
 
     @discardableResult
-    private func run(_ executable: String, _ arguments: [String], asPostgres: Bool, captureOutput: Bool = true) throws -> String {
+    private func run(_ executable: String, _ arguments: [String], asPostgres: Bool, captureOutput: Bool = true) throws
+        -> String
+    {
         let process = Process()
         if asPostgres {
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
@@ -93,11 +101,15 @@ public struct EmbeddedPostgres: Sendable {
         process.standardOutput = captureOutput ? pipe : FileHandle.nullDevice
         process.standardError = captureOutput ? pipe : FileHandle.nullDevice
         try process.run()
-        let output = captureOutput ? String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) : ""
+        let output =
+            captureOutput ? String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) : ""
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw PostgresError(.connectionFailed, message:
-                "\((executable as NSString).lastPathComponent) failed (exit \(process.terminationStatus)): \(output)")
+            throw PostgresError(
+                .connectionFailed,
+                message:
+                    "\((executable as NSString).lastPathComponent) failed (exit \(process.terminationStatus)): \(output)"
+            )
         }
         return output
     }

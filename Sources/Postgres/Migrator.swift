@@ -41,13 +41,17 @@ public struct Migrator: Sendable {
     }
 
     private func apply(on connection: PostgresConnection) async throws -> [Int] {
-        try await connection.execute("""
+        try await connection.execute(
+            """
             CREATE TABLE IF NOT EXISTS schema_migrations (
                 version integer PRIMARY KEY,
                 name text NOT NULL,
                 applied_at timestamptz NOT NULL DEFAULT now())
             """)
-        let done = Set(try await connection.query("SELECT version FROM schema_migrations").map { try $0.require("version", as: Int.self) })
+        let done = Set(
+            try await connection.query("SELECT version FROM schema_migrations").map {
+                try $0.require("version", as: Int.self)
+            })
         var applied: [Int] = []
         for migration in migrations where !done.contains(migration.version) {
             try await connection.execute("BEGIN")

@@ -96,7 +96,8 @@ public actor PostgresConnection {
     private func check(_ result: OpaquePointer?) throws {
         updateStatus()
         guard let result else {
-            throw PostgresError(.connectionFailed, message: String(cString: PQerrorMessage(connection)).trimmingTrailingNewlines())
+            throw PostgresError(
+                .connectionFailed, message: String(cString: PQerrorMessage(connection)).trimmingTrailingNewlines())
         }
         switch PQresultStatus(result) {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:

@@ -73,7 +73,8 @@ public struct ByteA: PostgresEncodable, PostgresDecodable, Hashable {
 
     public init?(postgresText: String) {
         let chars = Array(postgresText.utf8)
-        guard chars.count >= 2, chars[0] == UInt8(ascii: "\\"), chars[1] == UInt8(ascii: "x"), chars.count % 2 == 0 else {
+        guard chars.count >= 2, chars[0] == UInt8(ascii: "\\"), chars[1] == UInt8(ascii: "x"), chars.count % 2 == 0
+        else {
             return nil
         }
         var out = [UInt8]()

@@ -144,7 +144,8 @@ public final class PostgresPool: Sendable {
             guard let index = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
             return s.waiters.remove(at: index)
         }
-        waiter?.continuation.resume(throwing: PostgresError(.poolTimeout, message: "no database connection free in time"))
+        waiter?.continuation.resume(
+            throwing: PostgresError(.poolTimeout, message: "no database connection free in time"))
     }
 
     /// Opens a connection for a slot already counted in `total`; gives the slot back on failure.

@@ -60,9 +60,12 @@ public final class Catalog: Sendable {
     /// - Returns: the server key, which is stored only as a hash and shown this once.
     public func createProject(id: String, number: Int64) async throws -> String {
         guard Identifiers.isValidProjectID(id) else {
-            throw RegistryError.invalid("id", "project IDs are 6-30 lower-case letters, digits and hyphens, starting with a letter")
+            throw RegistryError.invalid(
+                "id", "project IDs are 6-30 lower-case letters, digits and hyphens, starting with a letter")
         }
-        guard number > 0, number < 1_000_000_000_000_000 else { throw RegistryError.invalid("number", "must be a positive number of at most 18 digits") }
+        guard number > 0, number < 1_000_000_000_000_000 else {
+            throw RegistryError.invalid("number", "must be a positive number of at most 18 digits")
+        }
         let key = try Identifiers.newServerKey()
         try await store.insertProject(Project(id: id, number: number), serverKeyHash: SHA256.hash(key))
         return key
@@ -75,12 +78,16 @@ public final class Catalog: Sendable {
         return key
     }
 
-    public func createApp(project: Project, platform: Platform, bundleID: String?, autoInitDefault: Bool) async throws -> App {
+    public func createApp(project: Project, platform: Platform, bundleID: String?, autoInitDefault: Bool) async throws
+        -> App
+    {
         if let bundleID, bundleID.isEmpty || !Identifiers.isPlainText(bundleID, limit: 255) || bundleID.contains(" ") {
             throw RegistryError.invalid("bundle-id", "must be 1-255 printable characters without spaces")
         }
-        let app = App(id: try Identifiers.newAppID(projectNumber: project.number, platform: platform), projectID: project.id,
-                      platform: platform, bundleID: bundleID, apiKey: try Identifiers.newAPIKey(), autoInitDefault: autoInitDefault)
+        let app = App(
+            id: try Identifiers.newAppID(projectNumber: project.number, platform: platform), projectID: project.id,
+            platform: platform, bundleID: bundleID, apiKey: try Identifiers.newAPIKey(),
+            autoInitDefault: autoInitDefault)
         try await store.insertApp(app)
         return app
     }
@@ -125,14 +132,18 @@ public final class Catalog: Sendable {
         return project
     }
 
-    private func cached<K: Hashable & Sendable, V: Sendable>(_ cache: borrowing Mutex<[K: Entry<V>]>, _ key: K) -> Entry<V>? {
+    private func cached<K: Hashable & Sendable, V: Sendable>(_ cache: borrowing Mutex<[K: Entry<V>]>, _ key: K)
+        -> Entry<V>?
+    {
         cache.withLock { entries in
             guard let entry = entries[key] else { return nil }
             return entry.expires > Date() ? entry : nil
         }
     }
 
-    private func remember<K: Hashable & Sendable, V: Sendable>(_ cache: borrowing Mutex<[K: Entry<V>]>, _ key: K, _ value: V?) {
+    private func remember<K: Hashable & Sendable, V: Sendable>(
+        _ cache: borrowing Mutex<[K: Entry<V>]>, _ key: K, _ value: V?
+    ) {
         // Misses are cached for a shorter time so a newly created project shows up quickly.
         let ttl = value == nil ? 2 : Catalog.cacheTTL
         cache.withLock { entries in

@@ -22,13 +22,18 @@ public indirect enum Condition: Sendable, Equatable {
     ///
     /// - Throws: ``ConditionError`` with the 0-based character position of the problem.
     public static func parse(_ text: String) throws(ConditionError) -> Condition {
-        guard text.count <= maxLength else { throw ConditionError(position: maxLength, message: "condition longer than \(maxLength) characters") }
+        guard text.count <= maxLength else {
+            throw ConditionError(position: maxLength, message: "condition longer than \(maxLength) characters")
+        }
         var parser = ConditionParser(Array(text))
         let condition = try parser.parseOr(depth: 0)
         parser.skipSpaces()
-        guard parser.index == parser.chars.count else { throw parser.error("unexpected '\(parser.chars[parser.index])'") }
+        guard parser.index == parser.chars.count else {
+            throw parser.error("unexpected '\(parser.chars[parser.index])'")
+        }
         guard condition.topics.count <= maxTopics else {
-            throw ConditionError(position: 0, message: "a condition may name at most \(maxTopics) topics, not \(condition.topics.count)")
+            throw ConditionError(
+                position: 0, message: "a condition may name at most \(maxTopics) topics, not \(condition.topics.count)")
         }
         return condition
     }

@@ -41,8 +41,10 @@ public struct ConsentChange: Sendable {
     public var source: String?
     public var actor: ConsentActor
 
-    public init(purpose: String = ConsentService.messaging, granted: Bool, policyVersion: String? = nil, source: String? = nil,
-                actor: ConsentActor) {
+    public init(
+        purpose: String = ConsentService.messaging, granted: Bool, policyVersion: String? = nil, source: String? = nil,
+        actor: ConsentActor
+    ) {
         self.purpose = purpose
         self.granted = granted
         self.policyVersion = policyVersion
@@ -77,12 +79,18 @@ public struct ConsentService: Sendable {
     public static func isValidPurpose(_ purpose: String) -> Bool {
         let bytes = Array(purpose.utf8)
         guard (1...64).contains(bytes.count), let first = bytes.first, (97...122).contains(first) else { return false }
-        return bytes.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
+        return bytes.allSatisfy {
+            (97...122).contains($0) || (48...57).contains($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
+        }
     }
 
-    public func record(installation: Installation, change: ConsentChange) async throws -> (state: ConsentState, previous: Bool?) {
-        guard let result = try await store.record(projectID: installation.projectID, fid: installation.fid, change: change,
-                                                  at: clock.now())
+    public func record(installation: Installation, change: ConsentChange) async throws -> (
+        state: ConsentState, previous: Bool?
+    ) {
+        guard
+            let result = try await store.record(
+                projectID: installation.projectID, fid: installation.fid, change: change,
+                at: clock.now())
         else { throw RegistryError(.notFound, "installation \(installation.fid) not found") }
         return result
     }
@@ -107,7 +115,9 @@ public struct PostgresConsentStore: ConsentStore {
 
     public init(pool: PostgresPool) { self.pool = pool }
 
-    public func record(projectID: String, fid: String, change: ConsentChange, at: Date) async throws -> (ConsentState, Bool?)? {
+    public func record(projectID: String, fid: String, change: ConsentChange, at: Date) async throws -> (
+        ConsentState, Bool?
+    )? {
         try await pool.withTransaction { c in
             // Lock the installation row so concurrent decisions for one installation are ordered.
             let exists = try await c.query(
@@ -116,7 +126,8 @@ public struct PostgresConsentStore: ConsentStore {
             let previous = try await c.query(
                 "SELECT granted FROM consents WHERE project_id = \(projectID) AND fid = \(fid) AND purpose = \(change.purpose)"
             ).first.map { try $0.require("granted", as: Bool.self) }
-            try await c.query("""
+            try await c.query(
+                """
                 INSERT INTO consents (project_id, fid, purpose, granted, policy_version, source, actor, updated_at)
                 VALUES (\(projectID), \(fid), \(change.purpose), \(change.granted), \(change.policyVersion), \(change.source),
                         \(change.actor.rawValue), \(at))
@@ -124,45 +135,57 @@ public struct PostgresConsentStore: ConsentStore {
                     policy_version = excluded.policy_version, source = excluded.source, actor = excluded.actor,
                     updated_at = excluded.updated_at
                 """)
-            try await c.query("""
+            try await c.query(
+                """
                 INSERT INTO consent_events (project_id, fid, purpose, granted, previous, actor, source, policy_version, recorded_at)
                 VALUES (\(projectID), \(fid), \(change.purpose), \(change.granted), \(previous), \(change.actor.rawValue),
                         \(change.source), \(change.policyVersion), \(at))
                 """)
-            try await c.query("""
+            try await c.query(
+                """
                 INSERT INTO event_outbox (project_id, type, fid, data) VALUES (\(projectID), 'consent.changed', \(fid),
                     \("{\"purpose\":\"\(change.purpose)\",\"autoInitEnabled\":\(change.granted)}"))
                 """)
             if change.purpose == ConsentService.messaging && !change.granted {
                 // Withdrawal disables the installation's registrations at once; only a new registration revives them.
-                let disabled = try await c.query("""
+                let disabled = try await c.query(
+                    """
                     UPDATE registrations SET state = 'disabled' WHERE project_id = \(projectID) AND fid = \(fid) AND state = 'active'
                     """)
                 if disabled.affectedRows > 0 {
-                    try await c.query("INSERT INTO event_outbox (project_id, type, fid) VALUES (\(projectID), 'registration.disabled', \(fid))")
+                    try await c.query(
+                        "INSERT INTO event_outbox (project_id, type, fid) VALUES (\(projectID), 'registration.disabled', \(fid))"
+                    )
                 }
             }
-            let state = ConsentState(purpose: change.purpose, granted: change.granted, policyVersion: change.policyVersion,
-                                     source: change.source, actor: change.actor.rawValue, updatedAt: at)
+            let state = ConsentState(
+                purpose: change.purpose, granted: change.granted, policyVersion: change.policyVersion,
+                source: change.source, actor: change.actor.rawValue, updatedAt: at)
             return (state, previous)
         }
     }
 
     public func current(projectID: String, fid: String) async throws -> [ConsentState] {
-        try await pool.query("SELECT * FROM consents WHERE project_id = \(projectID) AND fid = \(fid) ORDER BY purpose").map { row in
-            ConsentState(purpose: try row.require("purpose"), granted: try row.require("granted"),
-                         policyVersion: try row.decode("policy_version"), source: try row.decode("source"),
-                         actor: try row.require("actor"), updatedAt: try row.require("updated_at"))
-        }
+        try await pool.query("SELECT * FROM consents WHERE project_id = \(projectID) AND fid = \(fid) ORDER BY purpose")
+            .map { row in
+                ConsentState(
+                    purpose: try row.require("purpose"), granted: try row.require("granted"),
+                    policyVersion: try row.decode("policy_version"), source: try row.decode("source"),
+                    actor: try row.require("actor"), updatedAt: try row.require("updated_at"))
+            }
     }
 
     public func history(projectID: String, fid: String, limit: Int) async throws -> [ConsentEvent] {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT * FROM consent_events WHERE project_id = \(projectID) AND fid = \(fid) ORDER BY seq LIMIT \(limit)
-            """).map { row in
-            ConsentEvent(sequence: try row.require("seq"), purpose: try row.require("purpose"), granted: try row.require("granted"),
-                         previous: try row.decode("previous"), actor: try row.require("actor"), source: try row.decode("source"),
-                         policyVersion: try row.decode("policy_version"), recordedAt: try row.require("recorded_at"))
+            """
+        ).map { row in
+            ConsentEvent(
+                sequence: try row.require("seq"), purpose: try row.require("purpose"),
+                granted: try row.require("granted"),
+                previous: try row.decode("previous"), actor: try row.require("actor"), source: try row.decode("source"),
+                policyVersion: try row.decode("policy_version"), recordedAt: try row.require("recorded_at"))
         }
     }
 }

@@ -95,7 +95,9 @@ public struct DeletionService: Sendable {
     }
 
     /// Registers a service; returns it and its signing secret (shown once).
-    public func addLinkedService(projectID: String, name: String, endpoint: String) async throws -> (LinkedService, String) {
+    public func addLinkedService(projectID: String, name: String, endpoint: String) async throws -> (
+        LinkedService, String
+    ) {
         guard DeletionService.isValidServiceName(name) else {
             throw RegistryError.invalid("name", "1-63 lower-case letters, digits and hyphens, starting with a letter")
         }
@@ -108,7 +110,8 @@ public struct DeletionService: Sendable {
         let secret = "whsec_" + Base64URL.encode(try SecureRandom.bytes(32))
         let now = clock.now()
         do {
-            try await pool.query("""
+            try await pool.query(
+                """
                 INSERT INTO linked_services (project_id, name, endpoint, secret, created_at)
                 VALUES (\(projectID), \(name), \(endpoint), \(secret), \(now))
                 """)
@@ -119,22 +122,30 @@ public struct DeletionService: Sendable {
     }
 
     public func linkedServices(projectID: String) async throws -> [LinkedService] {
-        try await pool.query("SELECT name, endpoint, created_at FROM linked_services WHERE project_id = \(projectID) ORDER BY name").map {
-            LinkedService(name: try $0.require("name"), endpoint: try $0.require("endpoint"), createdAt: try $0.require("created_at"))
+        try await pool.query(
+            "SELECT name, endpoint, created_at FROM linked_services WHERE project_id = \(projectID) ORDER BY name"
+        ).map {
+            LinkedService(
+                name: try $0.require("name"), endpoint: try $0.require("endpoint"),
+                createdAt: try $0.require("created_at"))
         }
     }
 
     /// Removes a service; its pending deliveries are dropped (it no longer holds data to delete).
     public func removeLinkedService(projectID: String, name: String) async throws -> Bool {
         try await pool.withTransaction { c in
-            let removed = try await c.query("DELETE FROM linked_services WHERE project_id = \(projectID) AND name = \(name)")
+            let removed = try await c.query(
+                "DELETE FROM linked_services WHERE project_id = \(projectID) AND name = \(name)")
             guard removed.affectedRows == 1 else { return false }
-            let affected = try await c.query("""
+            let affected = try await c.query(
+                """
                 DELETE FROM deletion_deliveries d USING deletions del
                 WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND d.service = \(name) AND d.state <> 'acknowledged'
                 RETURNING d.deletion_id
                 """)
-            for row in affected { try await DeletionService.completeIfDone(try row.require("deletion_id"), at: clock.now(), on: c) }
+            for row in affected {
+                try await DeletionService.completeIfDone(try row.require("deletion_id"), at: clock.now(), on: c)
+            }
             return true
         }
     }
@@ -142,62 +153,86 @@ public struct DeletionService: Sendable {
     // MARK: - Receipts
 
     public func receipt(projectID: String, fid: String) async throws -> DeletionReceipt? {
-        if let row = try await pool.query("SELECT * FROM deletions WHERE project_id = \(projectID) AND fid = \(fid)").first {
+        if let row = try await pool.query("SELECT * FROM deletions WHERE project_id = \(projectID) AND fid = \(fid)")
+            .first
+        {
             return try await receipt(row)
         }
         // Purged at its deadline with services unacknowledged: known only by the keyed hash.
         let hash = ByteA(fidHash(projectID: projectID, fid: fid))
-        guard let row = try await pool.query(
-            "SELECT * FROM overdue_deletions WHERE project_id = \(projectID) AND fid_hmac = \(hash)").first
+        guard
+            let row = try await pool.query(
+                "SELECT * FROM overdue_deletions WHERE project_id = \(projectID) AND fid_hmac = \(hash)"
+            ).first
         else { return nil }
         return try overdueReceipt(row)
     }
 
     private func receipt(_ row: PostgresRow) async throws -> DeletionReceipt {
         let id: Int64 = try row.require("id")
-        let deliveries = try await pool.query("SELECT * FROM deletion_deliveries WHERE deletion_id = \(id) ORDER BY service").map {
-            DeliveryStatus(service: try $0.require("service"), state: try $0.require("state"), attempts: try $0.require("attempts"),
-                           lastError: try $0.decode("last_error"), acknowledgedAt: try $0.decode("acknowledged_at"))
+        let deliveries = try await pool.query(
+            "SELECT * FROM deletion_deliveries WHERE deletion_id = \(id) ORDER BY service"
+        ).map {
+            DeliveryStatus(
+                service: try $0.require("service"), state: try $0.require("state"),
+                attempts: try $0.require("attempts"),
+                lastError: try $0.decode("last_error"), acknowledgedAt: try $0.decode("acknowledged_at"))
         }
         let deadline: Date = try row.require("deadline")
         let completed: Date? = try row.decode("completed_at")
         let state = completed != nil ? "done" : clock.now() >= deadline ? "overdue" : "pending"
-        return DeletionReceipt(id: id, fid: try row.require("fid"), fidHash: Hex.encode(try row.require("fid_hmac", as: ByteA.self).bytes),
-                               reason: try row.require("reason"), requestedAt: try row.require("requested_at"), deadline: deadline,
-                               state: state, services: deliveries)
+        return DeletionReceipt(
+            id: id, fid: try row.require("fid"), fidHash: Hex.encode(try row.require("fid_hmac", as: ByteA.self).bytes),
+            reason: try row.require("reason"), requestedAt: try row.require("requested_at"), deadline: deadline,
+            state: state, services: deliveries)
     }
 
     private func overdueReceipt(_ row: PostgresRow) throws -> DeletionReceipt {
-        let services = (try row.require("services", as: String.self)).trimmingCharacters(in: CharacterSet(charactersIn: "{}"))
-            .split(separator: ",").map { DeliveryStatus(service: String($0), state: "unacknowledged", attempts: 0, lastError: nil, acknowledgedAt: nil) }
-        return DeletionReceipt(id: try row.require("deletion_id"), fid: nil,
-                               fidHash: Hex.encode(try row.require("fid_hmac", as: ByteA.self).bytes), reason: try row.require("reason"),
-                               requestedAt: try row.require("requested_at"), deadline: try row.require("deadline"), state: "overdue",
-                               services: services)
+        let services = (try row.require("services", as: String.self)).trimmingCharacters(
+            in: CharacterSet(charactersIn: "{}")
+        )
+        .split(separator: ",").map {
+            DeliveryStatus(
+                service: String($0), state: "unacknowledged", attempts: 0, lastError: nil, acknowledgedAt: nil)
+        }
+        return DeletionReceipt(
+            id: try row.require("deletion_id"), fid: nil,
+            fidHash: Hex.encode(try row.require("fid_hmac", as: ByteA.self).bytes), reason: try row.require("reason"),
+            requestedAt: try row.require("requested_at"), deadline: try row.require("deadline"), state: "overdue",
+            services: services)
     }
 
     /// Receipts by state, in id order after `afterID`.
-    public func receipts(projectID: String, state: String, afterID: Int64, limit: Int) async throws -> [DeletionReceipt] {
+    public func receipts(projectID: String, state: String, afterID: Int64, limit: Int) async throws -> [DeletionReceipt]
+    {
         let now = clock.now()
         switch state {
         case "done":
-            return try await collect(try await pool.query("""
-                SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NOT NULL AND id > \(afterID)
-                ORDER BY id LIMIT \(limit)
-                """))
+            return try await collect(
+                try await pool.query(
+                    """
+                    SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NOT NULL AND id > \(afterID)
+                    ORDER BY id LIMIT \(limit)
+                    """))
         case "pending":
-            return try await collect(try await pool.query("""
-                SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NULL AND deadline > \(now) AND id > \(afterID)
-                ORDER BY id LIMIT \(limit)
-                """))
+            return try await collect(
+                try await pool.query(
+                    """
+                    SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NULL AND deadline > \(now) AND id > \(afterID)
+                    ORDER BY id LIMIT \(limit)
+                    """))
         default:
-            let live = try await collect(try await pool.query("""
-                SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NULL AND deadline <= \(now) AND id > \(afterID)
-                ORDER BY id LIMIT \(limit)
-                """))
-            let purged = try await pool.query("""
+            let live = try await collect(
+                try await pool.query(
+                    """
+                    SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NULL AND deadline <= \(now) AND id > \(afterID)
+                    ORDER BY id LIMIT \(limit)
+                    """))
+            let purged = try await pool.query(
+                """
                 SELECT * FROM overdue_deletions WHERE project_id = \(projectID) AND deletion_id > \(afterID) ORDER BY deletion_id LIMIT \(limit)
-                """).map(overdueReceipt)
+                """
+            ).map(overdueReceipt)
             return Array((live + purged).sorted { $0.id < $1.id }.prefix(limit))
         }
     }
@@ -212,7 +247,8 @@ public struct DeletionService: Sendable {
     public func acknowledge(projectID: String, fid: String, service: String) async throws -> Bool {
         try await pool.withTransaction { c in
             let now = clock.now()
-            let rows = try await c.query("""
+            let rows = try await c.query(
+                """
                 UPDATE deletion_deliveries d SET state = 'acknowledged', acknowledged_at = \(now)
                 FROM deletions del WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND del.fid = \(fid)
                 AND d.service = \(service) RETURNING d.deletion_id
@@ -224,7 +260,8 @@ public struct DeletionService: Sendable {
     }
 
     static func completeIfDone(_ id: Int64, at: Date, on c: PostgresConnection) async throws {
-        try await c.query("""
+        try await c.query(
+            """
             UPDATE deletions SET completed_at = \(at) WHERE id = \(id) AND completed_at IS NULL
             AND NOT EXISTS (SELECT 1 FROM deletion_deliveries WHERE deletion_id = \(id) AND state <> 'acknowledged')
             """)

@@ -50,17 +50,22 @@ public enum Identifiers {
 
     public static func isValidAppID(_ id: String) -> Bool {
         let parts = id.split(separator: ":", omittingEmptySubsequences: false)
-        return parts.count == 4 && parts[0] == "1" && Int64(parts[1]) != nil && Platform(rawValue: String(parts[2])) != nil
+        return parts.count == 4 && parts[0] == "1" && Int64(parts[1]) != nil
+            && Platform(rawValue: String(parts[2])) != nil
             && (1...64).contains(parts[3].count) && parts[3].utf8.allSatisfy(isBase64URLChar)
     }
 
     static func isBase64URLChar(_ c: UInt8) -> Bool {
-        (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) || c == UInt8(ascii: "-") || c == UInt8(ascii: "_")
+        (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) || c == UInt8(ascii: "-")
+            || c == UInt8(ascii: "_")
     }
 
     /// True when every character is printable ASCII or non-control Unicode, and the text is within `limit` bytes.
     public static func isPlainText(_ text: String, limit: Int) -> Bool {
-        text.utf8.count <= limit && text.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f && !(0x80..<0xa0).contains($0.value) }
+        text.utf8.count <= limit
+            && text.unicodeScalars.allSatisfy {
+                $0.value >= 0x20 && $0.value != 0x7f && !(0x80..<0xa0).contains($0.value)
+            }
     }
 }
 

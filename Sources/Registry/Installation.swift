@@ -10,8 +10,10 @@ public struct Installation: Sendable, Equatable {
     public let createdAt: Date
     public let lastSeenAt: Date
 
-    public init(projectID: String, fid: String, appID: String, refreshTokenHash: [UInt8], sdkVersion: String?,
-                createdAt: Date, lastSeenAt: Date) {
+    public init(
+        projectID: String, fid: String, appID: String, refreshTokenHash: [UInt8], sdkVersion: String?,
+        createdAt: Date, lastSeenAt: Date
+    ) {
         self.projectID = projectID
         self.fid = fid
         self.appID = appID

@@ -33,19 +33,25 @@ public struct InstallationService: Sendable {
 
     /// Creates an installation. An FID that is empty, malformed, in use or deleted before is replaced by a fresh
     /// one, which the response carries (every Firebase SDK adopts the FID the server returns).
-    public func create(project: Project, app: App, requestedFID: String?, sdkVersion: String?) async throws -> CreatedInstallation {
+    public func create(project: Project, app: App, requestedFID: String?, sdkVersion: String?) async throws
+        -> CreatedInstallation
+    {
         var candidate = try requestedFID.flatMap { Identifiers.isValidFID($0) ? $0 : nil } ?? Identifiers.newFID()
         for _ in 0..<5 {
             let refreshToken = try Identifiers.newRefreshToken()
             let now = clock.now()
-            let installation = Installation(projectID: project.id, fid: candidate, appID: app.id,
-                                            refreshTokenHash: SHA256.hash(refreshToken), sdkVersion: sdkVersion,
-                                            createdAt: now, lastSeenAt: now)
-            if try await store.create(installation, fidHMAC: fidHMAC(projectID: project.id, fid: candidate),
-                                      initialConsent: app.autoInitDefault) {
+            let installation = Installation(
+                projectID: project.id, fid: candidate, appID: app.id,
+                refreshTokenHash: SHA256.hash(refreshToken), sdkVersion: sdkVersion,
+                createdAt: now, lastSeenAt: now)
+            if try await store.create(
+                installation, fidHMAC: fidHMAC(projectID: project.id, fid: candidate),
+                initialConsent: app.autoInitDefault)
+            {
                 let token = try await tokens.mint(appID: app.id, fid: candidate, projectNumber: project.number)
-                return CreatedInstallation(name: "projects/\(project.number)/installations/\(candidate)", fid: candidate,
-                                           refreshToken: refreshToken, authToken: token)
+                return CreatedInstallation(
+                    name: "projects/\(project.number)/installations/\(candidate)", fid: candidate,
+                    refreshToken: refreshToken, authToken: token)
             }
             candidate = try Identifiers.newFID()
         }
@@ -56,7 +62,8 @@ public struct InstallationService: Sendable {
     ///
     /// - Throws: `.notFound` for an unknown FID, `.unauthenticated` for a wrong token.
     public func authenticate(project: Project, fid: String, refreshToken: String) async throws -> Installation {
-        guard Identifiers.isValidFID(fid), let installation = try await store.find(projectID: project.id, fid: fid) else {
+        guard Identifiers.isValidFID(fid), let installation = try await store.find(projectID: project.id, fid: fid)
+        else {
             throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
         }
         guard ConstantTime.equals(SHA256.hash(refreshToken), installation.refreshTokenHash) else {
@@ -101,8 +108,9 @@ public struct InstallationService: Sendable {
     ///
     /// - Returns: false when there was no such installation.
     public func delete(project: Project, fid: String, reason: DeletionReason) async throws -> Bool {
-        try await store.delete(projectID: project.id, fid: fid, fidHMAC: fidHMAC(projectID: project.id, fid: fid), at: clock.now(),
-                               reason: reason)
+        try await store.delete(
+            projectID: project.id, fid: fid, fidHMAC: fidHMAC(projectID: project.id, fid: fid), at: clock.now(),
+            reason: reason)
     }
 
     /// True when the FID was deleted before.

@@ -18,8 +18,11 @@ public struct Jobs: Sendable {
     static let expireLock: Int64 = 0x7472_6578_7069_7265
     static let relayLock: Int64 = 0x7472_7265_6c61_7901
 
-    public init(pool: PostgresPool, deletions: DeletionService, installations: InstallationService, transport: any DeliveryTransport,
-                freshness: Freshness = Freshness()) {
+    public init(
+        pool: PostgresPool, deletions: DeletionService, installations: InstallationService,
+        transport: any DeliveryTransport,
+        freshness: Freshness = Freshness()
+    ) {
         self.freshness = freshness
         self.pool = pool
         self.deletions = deletions
@@ -34,7 +37,9 @@ public struct Jobs: Sendable {
     public func runAll() async throws -> [String: Int] {
         var done: [String: Int] = [:]
         done["expire"] = try await timed("expire") { try await expireIdle() }
-        done["expire-registrations"] = try await timed("expire-registrations") { try await reportExpiredRegistrations() }
+        done["expire-registrations"] = try await timed("expire-registrations") {
+            try await reportExpiredRegistrations()
+        }
         done["deliver"] = try await timed("deliver") { try await deliverDue() }
         done["purge"] = try await timed("purge") { try await purge() }
         done["relay"] = try await timed("relay") { try await relayEvents() }
@@ -46,7 +51,8 @@ public struct Jobs: Sendable {
         let processed = try await body()
         let elapsed = ContinuousClock.now - started
         let ms = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
-        try await pool.query("""
+        try await pool.query(
+            """
             INSERT INTO job_runs (job, last_run_at, duration_ms, processed) VALUES (\(job), \(clock.now()), \(ms), \(processed))
             ON CONFLICT (job) DO UPDATE SET last_run_at = excluded.last_run_at, duration_ms = excluded.duration_ms,
                 processed = excluded.processed
@@ -70,7 +76,8 @@ public struct Jobs: Sendable {
     /// Delivers due deletion notices (up to `batch`), each under a lease.
     public func deliverDue(batch: Int = 50) async throws -> Int {
         let now = clock.now()
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             WITH due AS (
                 SELECT deletion_id, service FROM deletion_deliveries
                 WHERE state = 'pending' AND next_attempt_at <= \(now)
@@ -87,15 +94,18 @@ public struct Jobs: Sendable {
             """)
         let claimed: [Claimed] = try rows.map { row in
             let body: JSONValue = [
-                "type": "installation.deleted", "project": .string(try row.require("project_id")), "fid": .string(try row.require("fid")),
+                "type": "installation.deleted", "project": .string(try row.require("project_id")),
+                "fid": .string(try row.require("fid")),
                 "reason": .string(try row.require("reason")),
                 "requestTime": .string(Timestamp.rfc3339(try row.require("requested_at"))),
-                "deadline": .string(Timestamp.rfc3339(try row.require("deadline"))), "deliveryId": .string(try row.require("delivery_id")),
+                "deadline": .string(Timestamp.rfc3339(try row.require("deadline"))),
+                "deliveryId": .string(try row.require("delivery_id")),
             ]
-            return Claimed(deletionID: try row.require("deletion_id"), service: try row.require("service"),
-                           deliveryID: try row.require("delivery_id"), attempts: try row.require("attempts"),
-                           endpoint: try row.require("endpoint"), secret: try row.require("secret"), body: body.encoded(),
-                           projectID: try row.require("project_id"))
+            return Claimed(
+                deletionID: try row.require("deletion_id"), service: try row.require("service"),
+                deliveryID: try row.require("delivery_id"), attempts: try row.require("attempts"),
+                endpoint: try row.require("endpoint"), secret: try row.require("secret"), body: body.encoded(),
+                projectID: try row.require("project_id"))
         }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (index, item) in claimed.enumerated() {
@@ -115,20 +125,25 @@ public struct Jobs: Sendable {
 
     private func deliver(_ item: Claimed) async throws {
         let timestamp = Int64(Date().timeIntervalSince1970)
-        let headers = [("Content-Type", "application/json"), ("Registry-Signature", Jobs.signature(secret: item.secret, timestamp: timestamp, body: item.body)),
-                       ("Registry-Delivery", item.deliveryID)]
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Registry-Signature", Jobs.signature(secret: item.secret, timestamp: timestamp, body: item.body)),
+            ("Registry-Delivery", item.deliveryID),
+        ]
         let response = await transport.post(endpoint: item.endpoint, body: item.body, headers: headers)
         let now = clock.now()
         try await pool.withTransaction { c in
             var failed = false
             switch response {
             case .status(202):
-                try await c.query("""
+                try await c.query(
+                    """
                     UPDATE deletion_deliveries SET state = 'accepted', last_error = NULL
                     WHERE deletion_id = \(item.deletionID) AND service = \(item.service) AND state = 'pending'
                     """)
             case let .status(code) where (200..<300).contains(code):
-                try await c.query("""
+                try await c.query(
+                    """
                     UPDATE deletion_deliveries SET state = 'acknowledged', acknowledged_at = \(now), last_error = NULL
                     WHERE deletion_id = \(item.deletionID) AND service = \(item.service)
                     """)
@@ -136,14 +151,22 @@ public struct Jobs: Sendable {
             default:
                 failed = true
                 let reason: String
-                if case let .status(code) = response { reason = "HTTP \(code)" } else if case let .failed(text) = response { reason = text } else { reason = "?" }
-                try await c.query("""
+                if case let .status(code) = response {
+                    reason = "HTTP \(code)"
+                } else if case let .failed(text) = response {
+                    reason = text
+                } else {
+                    reason = "?"
+                }
+                try await c.query(
+                    """
                     UPDATE deletion_deliveries SET last_error = \(String(reason.prefix(500))),
                         next_attempt_at = \(now.addingTimeInterval(deletions.policy.backoff(afterAttempts: item.attempts)))
                     WHERE deletion_id = \(item.deletionID) AND service = \(item.service) AND state = 'pending'
                     """)
             }
-            try await c.query("""
+            try await c.query(
+                """
                 INSERT INTO delivery_counters (project_id, service, attempts, failures) VALUES (\(item.projectID), \(item.service), 1, \(failed ? 1 : 0))
                 ON CONFLICT (project_id, service) DO UPDATE SET attempts = delivery_counters.attempts + 1,
                     failures = delivery_counters.failures + excluded.failures
@@ -158,9 +181,12 @@ public struct Jobs: Sendable {
     public func purge() async throws -> Int {
         let now = clock.now()
         return try await pool.withTransaction { c in
-            guard try await c.query("SELECT pg_try_advisory_xact_lock(\(Jobs.purgeLock)) AS ok").first?.require("ok", as: Bool.self) == true
+            guard
+                try await c.query("SELECT pg_try_advisory_xact_lock(\(Jobs.purgeLock)) AS ok").first?.require(
+                    "ok", as: Bool.self) == true
             else { return 0 }
-            try await c.query("""
+            try await c.query(
+                """
                 INSERT INTO overdue_deletions (deletion_id, project_id, fid_hmac, reason, requested_at, deadline, services, purged_at)
                 SELECT del.id, del.project_id, del.fid_hmac, del.reason, del.requested_at, del.deadline,
                        array_agg(d.service ORDER BY d.service), \(now)
@@ -168,7 +194,8 @@ public struct Jobs: Sendable {
                 WHERE del.deadline <= \(now) GROUP BY del.id
                 ON CONFLICT DO NOTHING
                 """)
-            let purged = try await c.query("""
+            let purged = try await c.query(
+                """
                 DELETE FROM deletions WHERE deadline <= \(now)
                    OR (completed_at IS NOT NULL AND completed_at <= \(now.addingTimeInterval(-deletions.policy.auditPeriod)))
                 RETURNING project_id, fid
@@ -179,7 +206,8 @@ public struct Jobs: Sendable {
                 try await c.query("DELETE FROM events WHERE project_id = \(project) AND fid = \(fid)")
                 try await c.query("DELETE FROM event_outbox WHERE project_id = \(project) AND fid = \(fid)")
             }
-            try await c.query("DELETE FROM events WHERE created_at < \(now.addingTimeInterval(-deletions.policy.eventRetention))")
+            try await c.query(
+                "DELETE FROM events WHERE created_at < \(now.addingTimeInterval(-deletions.policy.eventRetention))")
             return purged.count
         }
     }
@@ -190,16 +218,23 @@ public struct Jobs: Sendable {
     public func expireIdle(batch: Int = 500) async throws -> Int {
         let cutoff = clock.now().addingTimeInterval(-deletions.policy.expireAfter)
         return try await pool.withConnection { lockHolder in
-            guard try await lockHolder.query("SELECT pg_try_advisory_lock(\(Jobs.expireLock)) AS ok").first?.require("ok", as: Bool.self) == true
+            guard
+                try await lockHolder.query("SELECT pg_try_advisory_lock(\(Jobs.expireLock)) AS ok").first?.require(
+                    "ok", as: Bool.self) == true
             else { return 0 }
             var count = 0
             do {
-                let idle = try await pool.query("""
+                let idle = try await pool.query(
+                    """
                     SELECT project_id, fid FROM installations WHERE last_seen_at < \(cutoff) ORDER BY last_seen_at LIMIT \(batch)
                     """)
                 for row in idle {
                     let project = Project(id: try row.require("project_id"), number: 0)
-                    if try await installations.delete(project: project, fid: try row.require("fid"), reason: .inactivity) { count += 1 }
+                    if try await installations.delete(
+                        project: project, fid: try row.require("fid"), reason: .inactivity)
+                    {
+                        count += 1
+                    }
                 }
             } catch {
                 _ = try? await lockHolder.query("SELECT pg_advisory_unlock(\(Jobs.expireLock))")
@@ -214,7 +249,8 @@ public struct Jobs: Sendable {
     /// decided when read, from the last refresh, so targeting never waits for this job).
     public func reportExpiredRegistrations(batch: Int = 1000) async throws -> Int {
         let cutoff = clock.now().addingTimeInterval(-freshness.expireAfter)
-        return try await pool.query("""
+        return try await pool.query(
+            """
             WITH due AS (
                 SELECT project_id, fid FROM registrations WHERE NOT expired_reported AND refreshed_at < \(cutoff)
                 LIMIT \(batch) FOR UPDATE SKIP LOCKED
@@ -223,7 +259,8 @@ public struct Jobs: Sendable {
                 WHERE r.project_id = due.project_id AND r.fid = due.fid RETURNING r.project_id, r.fid
             )
             INSERT INTO event_outbox (project_id, type, fid) SELECT project_id, 'registration.expired', fid FROM marked
-            """).affectedRows
+            """
+        ).affectedRows
     }
 
     // MARK: - Change feed
@@ -231,11 +268,15 @@ public struct Jobs: Sendable {
     /// Moves events of finished transactions from the outbox into the feed, numbering them in one go.
     public func relayEvents() async throws -> Int {
         try await pool.withTransaction { c in
-            guard try await c.query("SELECT pg_try_advisory_xact_lock(\(Jobs.relayLock)) AS ok").first?.require("ok", as: Bool.self) == true
+            guard
+                try await c.query("SELECT pg_try_advisory_xact_lock(\(Jobs.relayLock)) AS ok").first?.require(
+                    "ok", as: Bool.self) == true
             else { return 0 }
             // Every transaction with an id below xmin has finished: its events can no longer appear later.
-            let xmin: String = try await c.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x").first!.require("x")
-            let moved = try await c.query("""
+            let xmin: String = try await c.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x").first!
+                .require("x")
+            let moved = try await c.query(
+                """
                 WITH moved AS (DELETE FROM event_outbox WHERE tx < \(xmin)::xid8 RETURNING *)
                 INSERT INTO events (project_id, type, fid, data, created_at)
                 SELECT project_id, type, fid, data, created_at FROM moved ORDER BY id
@@ -245,10 +286,19 @@ public struct Jobs: Sendable {
     }
 
     /// Events of a project after `cursor`, in order.
-    public func events(projectID: String, after cursor: Int64, limit: Int) async throws -> [(seq: Int64, type: String, fid: String, data: String?, time: Date)] {
-        try await pool.query("""
+    public func events(projectID: String, after cursor: Int64, limit: Int) async throws -> [(
+        seq: Int64, type: String, fid: String, data: String?, time: Date
+    )] {
+        try await pool.query(
+            """
             SELECT seq, type, fid, data, created_at FROM events WHERE project_id = \(projectID) AND seq > \(cursor) ORDER BY seq LIMIT \(limit)
-            """).map { (try $0.require("seq"), try $0.require("type"), try $0.require("fid"), try $0.decode("data"), try $0.require("created_at")) }
+            """
+        ).map {
+            (
+                try $0.require("seq"), try $0.require("type"), try $0.require("fid"), try $0.decode("data"),
+                try $0.require("created_at")
+            )
+        }
     }
 
     // MARK: - Metrics
@@ -257,39 +307,53 @@ public struct Jobs: Sendable {
     public func metricsLines() async throws -> [String] {
         let now = clock.now()
         var lines = ["# HELP registry_deletions Deletions by state.", "# TYPE registry_deletions gauge"]
-        let counts = try await pool.query("""
+        let counts = try await pool.query(
+            """
             SELECT count(*) FILTER (WHERE completed_at IS NULL AND deadline > \(now)) AS pending,
                    count(*) FILTER (WHERE completed_at IS NOT NULL) AS done,
                    count(*) FILTER (WHERE completed_at IS NULL AND deadline <= \(now)) AS late,
                    (SELECT count(*) FROM overdue_deletions) AS purged_overdue,
                    extract(epoch FROM \(now)::timestamptz - min(requested_at) FILTER (WHERE completed_at IS NULL)) AS oldest
             FROM deletions
-            """).first
+            """
+        ).first
         if let counts {
             lines.append("registry_deletions{state=\"pending\"} \(try counts.require("pending", as: Int.self))")
             lines.append("registry_deletions{state=\"done\"} \(try counts.require("done", as: Int.self))")
-            let overdue = try counts.require("late", as: Int.self) + (try counts.require("purged_overdue", as: Int.self))
+            let overdue =
+                try counts.require("late", as: Int.self) + (try counts.require("purged_overdue", as: Int.self))
             lines.append("registry_deletions{state=\"overdue\"} \(overdue)")
-            lines += ["# HELP registry_oldest_undelivered_deletion_seconds Age of the oldest deletion not yet acknowledged by every service.",
-                      "# TYPE registry_oldest_undelivered_deletion_seconds gauge",
-                      "registry_oldest_undelivered_deletion_seconds \(try counts.decode("oldest", as: Double.self) ?? 0)"]
+            lines += [
+                "# HELP registry_oldest_undelivered_deletion_seconds Age of the oldest deletion not yet acknowledged by every service.",
+                "# TYPE registry_oldest_undelivered_deletion_seconds gauge",
+                "registry_oldest_undelivered_deletion_seconds \(try counts.decode("oldest", as: Double.self) ?? 0)",
+            ]
         }
-        lines += ["# HELP registry_delivery_attempts_total Deletion delivery attempts per linked service.",
-                  "# TYPE registry_delivery_attempts_total counter",
-                  "# HELP registry_delivery_failures_total Failed deletion delivery attempts per linked service.",
-                  "# TYPE registry_delivery_failures_total counter"]
+        lines += [
+            "# HELP registry_delivery_attempts_total Deletion delivery attempts per linked service.",
+            "# TYPE registry_delivery_attempts_total counter",
+            "# HELP registry_delivery_failures_total Failed deletion delivery attempts per linked service.",
+            "# TYPE registry_delivery_failures_total counter",
+        ]
         for row in try await pool.query("SELECT * FROM delivery_counters ORDER BY project_id, service") {
-            let labels = "project=\"\(try row.require("project_id", as: String.self))\",service=\"\(try row.require("service", as: String.self))\""
+            let labels =
+                "project=\"\(try row.require("project_id", as: String.self))\",service=\"\(try row.require("service", as: String.self))\""
             lines.append("registry_delivery_attempts_total{\(labels)} \(try row.require("attempts", as: Int.self))")
             lines.append("registry_delivery_failures_total{\(labels)} \(try row.require("failures", as: Int.self))")
         }
-        lines += ["# HELP registry_job_last_run_timestamp_seconds When each job last ran.", "# TYPE registry_job_last_run_timestamp_seconds gauge",
-                  "# HELP registry_job_duration_seconds How long each job's last run took.", "# TYPE registry_job_duration_seconds gauge"]
+        lines += [
+            "# HELP registry_job_last_run_timestamp_seconds When each job last ran.",
+            "# TYPE registry_job_last_run_timestamp_seconds gauge",
+            "# HELP registry_job_duration_seconds How long each job's last run took.",
+            "# TYPE registry_job_duration_seconds gauge",
+        ]
         for row in try await pool.query("SELECT * FROM job_runs ORDER BY job") {
             let job: String = try row.require("job")
             let last: Date = try row.require("last_run_at")
             lines.append("registry_job_last_run_timestamp_seconds{job=\"\(job)\"} \(Int64(last.timeIntervalSince1970))")
-            lines.append("registry_job_duration_seconds{job=\"\(job)\"} \(try row.require("duration_ms", as: Double.self) / 1000)")
+            lines.append(
+                "registry_job_duration_seconds{job=\"\(job)\"} \(try row.require("duration_ms", as: Double.self) / 1000)"
+            )
         }
         return lines
     }

@@ -11,7 +11,8 @@ public struct PostgresInstallationStore: InstallationStore {
     /// One statement, so one round trip and one implicit transaction: the retired-FID check, the installation,
     /// its initial consent and the ledger entry (foreign keys are checked at the end of the statement).
     public func create(_ i: Installation, fidHMAC: [UInt8], initialConsent: Bool) async throws -> Bool {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             WITH retired AS (
                 SELECT 1 FROM retired_fids WHERE project_id = \(i.projectID) AND fid_hmac = \(ByteA(fidHMAC))
             ), created AS (
@@ -35,8 +36,10 @@ public struct PostgresInstallationStore: InstallationStore {
     }
 
     public func find(projectID: String, fid: String) async throws -> Installation? {
-        guard let row = try await pool.query(
-            "SELECT * FROM installations WHERE project_id = \(projectID) AND fid = \(fid)").first
+        guard
+            let row = try await pool.query(
+                "SELECT * FROM installations WHERE project_id = \(projectID) AND fid = \(fid)"
+            ).first
         else { return nil }
         return Installation(
             projectID: try row.require("project_id"), fid: try row.require("fid"), appID: try row.require("app_id"),
@@ -47,23 +50,29 @@ public struct PostgresInstallationStore: InstallationStore {
 
     public func touch(projectID: String, fid: String, at: Date) async throws {
         try await pool.query(
-            "UPDATE installations SET last_seen_at = \(at) WHERE project_id = \(projectID) AND fid = \(fid) AND last_seen_at < \(at)")
+            "UPDATE installations SET last_seen_at = \(at) WHERE project_id = \(projectID) AND fid = \(fid) AND last_seen_at < \(at)"
+        )
     }
 
     /// The deletion, in one transaction: the installation and everything keyed by it leave the live tables, the FID
     /// is retired (as a keyed hash), a deletion record with its 180-day deadline is written, one delivery per
     /// linked service is queued, and an event is appended.
-    public func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date, reason: DeletionReason) async throws -> Bool {
+    public func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date, reason: DeletionReason) async throws
+        -> Bool
+    {
         try await pool.withTransaction { c in
-            let deleted = try await c.query("DELETE FROM installations WHERE project_id = \(projectID) AND fid = \(fid)")
+            let deleted = try await c.query(
+                "DELETE FROM installations WHERE project_id = \(projectID) AND fid = \(fid)")
             guard deleted.affectedRows == 1 else { return false }
             try await c.query("DELETE FROM consent_events WHERE project_id = \(projectID) AND fid = \(fid)")
-            try await c.query("""
+            try await c.query(
+                """
                 INSERT INTO retired_fids (project_id, fid_hmac, retired_at) VALUES (\(projectID), \(ByteA(fidHMAC)), \(at))
                 ON CONFLICT DO NOTHING
                 """)
             let deadline = at.addingTimeInterval(DeletionReason.deadline)
-            try await c.query("""
+            try await c.query(
+                """
                 WITH deletion AS (
                     INSERT INTO deletions (project_id, fid, fid_hmac, reason, requested_at, deadline)
                     VALUES (\(projectID), \(fid), \(ByteA(fidHMAC)), \(reason.rawValue), \(at), \(deadline))
@@ -79,7 +88,8 @@ public struct PostgresInstallationStore: InstallationStore {
                 UPDATE deletions SET completed_at = \(at)
                 WHERE id = (SELECT id FROM deletion) AND NOT EXISTS (SELECT 1 FROM queued)
                 """)
-            try await c.query("""
+            try await c.query(
+                """
                 INSERT INTO event_outbox (project_id, type, fid, data) VALUES (\(projectID), 'installation.deleted', \(fid),
                     \("{\"reason\":\"\(reason.rawValue)\"}"))
                 """)
@@ -88,7 +98,9 @@ public struct PostgresInstallationStore: InstallationStore {
     }
 
     public func isRetired(projectID: String, fidHMAC: [UInt8]) async throws -> Bool {
-        !(try await pool.query("SELECT 1 FROM retired_fids WHERE project_id = \(projectID) AND fid_hmac = \(ByteA(fidHMAC))").isEmpty)
+        !(try await pool.query(
+            "SELECT 1 FROM retired_fids WHERE project_id = \(projectID) AND fid_hmac = \(ByteA(fidHMAC))"
+        ).isEmpty)
     }
 }
 
@@ -97,7 +109,8 @@ public enum ServerSecrets {
     /// The named secret, created (32 random bytes) by whichever replica asks first.
     public static func load(_ name: String, pool: PostgresPool) async throws -> [UInt8] {
         let candidate = ByteA(try SecureRandom.bytes(32))
-        try await pool.query("INSERT INTO server_secrets (name, secret) VALUES (\(name), \(candidate)) ON CONFLICT DO NOTHING")
+        try await pool.query(
+            "INSERT INTO server_secrets (name, secret) VALUES (\(name), \(candidate)) ON CONFLICT DO NOTHING")
         guard let row = try await pool.query("SELECT secret FROM server_secrets WHERE name = \(name)").first else {
             throw PostgresError(.server, message: "server secret \(name) missing")
         }

@@ -10,8 +10,12 @@ public struct PostgresRegistrationStore: RegistrationStore {
     public func upsert(_ r: Registration) async throws -> Registration {
         try await pool.withTransaction { c in
             // A token held by another installation leaves it (tokens are unique per project).
-            try await c.query("DELETE FROM registrations WHERE project_id = \(r.projectID) AND token = \(r.token) AND fid <> \(r.fid)")
-            let existed = !(try await c.query("SELECT 1 FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)").isEmpty)
+            try await c.query(
+                "DELETE FROM registrations WHERE project_id = \(r.projectID) AND token = \(r.token) AND fid <> \(r.fid)"
+            )
+            let existed =
+                !(try await c.query("SELECT 1 FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)")
+                .isEmpty)
             try await Self.write(r, on: c)
             try await Self.event(existed ? "registration.refreshed" : "registration.created", r, on: c)
             return r
@@ -30,7 +34,8 @@ public struct PostgresRegistrationStore: RegistrationStore {
     }
 
     private func refreshInOneStatement(_ r: Registration) async throws -> RefreshResult {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             WITH subject AS (
                 SELECT i.fid, coalesce(c.granted, false) AS granted FROM installations i
                 LEFT JOIN consents c ON c.project_id = i.project_id AND c.fid = i.fid AND c.purpose = 'messaging'
@@ -76,20 +81,24 @@ public struct PostgresRegistrationStore: RegistrationStore {
     private func refreshStepByStep(_ r: Registration) async throws -> RefreshResult {
         try await pool.withTransaction { c in
             // Lock the installation so concurrent callbacks for it are ordered.
-            let subject = try await c.query("""
+            let subject = try await c.query(
+                """
                 SELECT coalesce(c.granted, false) AS granted FROM installations i
                 LEFT JOIN consents c ON c.project_id = i.project_id AND c.fid = i.fid AND c.purpose = 'messaging'
                 WHERE i.project_id = \(r.projectID) AND i.fid = \(r.fid) FOR UPDATE OF i
                 """)
             guard let row = subject.first else { return .installationNotFound }
             guard try row.require("granted", as: Bool.self) else { return .consentOff }
-            let current = try await c.query("SELECT * FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)")
-                .first.map(Self.decode)
+            let current = try await c.query(
+                "SELECT * FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)"
+            )
+            .first.map(Self.decode)
             if let current, let stored = current.clientTime, let incoming = r.clientTime, incoming < stored {
                 return .stored(current, .ignoredAsOlder)
             }
             let moved = try await c.query(
-                "DELETE FROM registrations WHERE project_id = \(r.projectID) AND token = \(r.token) AND fid <> \(r.fid) RETURNING fid")
+                "DELETE FROM registrations WHERE project_id = \(r.projectID) AND token = \(r.token) AND fid <> \(r.fid) RETURNING fid"
+            )
             var stored = r
             if let current, current.token == r.token { stored.createdAt = current.createdAt }
             try await Self.write(stored, on: c)
@@ -101,8 +110,10 @@ public struct PostgresRegistrationStore: RegistrationStore {
             } else {
                 outcome = .created
             }
-            try await Self.event(outcome == .moved ? "registration.moved" : current == nil ? "registration.created" : "registration.refreshed",
-                                 stored, on: c)
+            try await Self.event(
+                outcome == .moved
+                    ? "registration.moved" : current == nil ? "registration.created" : "registration.refreshed",
+                stored, on: c)
             return .stored(stored, outcome)
         }
     }
@@ -110,23 +121,27 @@ public struct PostgresRegistrationStore: RegistrationStore {
     public func fids(projectID: String, tokens: [String]) async throws -> [String: String] {
         guard !tokens.isEmpty else { return [:] }
         var out: [String: String] = [:]
-        for row in try await pool.query("""
+        for row in try await pool.query(
+            """
             SELECT token, fid FROM registrations WHERE project_id = \(projectID) AND token = ANY(\(TextArray(tokens))::text[])
-            """) {
+            """)
+        {
             out[try row.require("token")] = try row.require("fid")
         }
         return out
     }
 
     private static func event(_ type: String, _ r: Registration, on c: PostgresConnection) async throws {
-        try await c.query("""
+        try await c.query(
+            """
             INSERT INTO event_outbox (project_id, type, fid, data)
             VALUES (\(r.projectID), \(type), \(r.fid), \("{\"platform\":\"\(r.platform.rawValue)\"}"))
             """)
     }
 
     private static func write(_ r: Registration, on c: PostgresConnection) async throws {
-        try await c.query("""
+        try await c.query(
+            """
             INSERT INTO registrations (project_id, fid, token, platform, apns_token, apns_environment, bundle_id, app_version,
                 sdk_version, web_endpoint, web_auth, web_p256dh, web_app_key, web_origin, state, client_time, created_at, refreshed_at)
             VALUES (\(r.projectID), \(r.fid), \(r.token), \(r.platform.rawValue), \(r.apnsToken), \(r.apnsEnvironment), \(r.bundleID),
@@ -143,34 +158,41 @@ public struct PostgresRegistrationStore: RegistrationStore {
     }
 
     public func find(projectID: String, fid: String) async throws -> Registration? {
-        try await pool.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").first.map(Self.decode)
+        try await pool.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").first.map(
+            Self.decode)
     }
 
     public func find(projectID: String, token: String) async throws -> Registration? {
-        try await pool.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND token = \(token)").first.map(Self.decode)
+        try await pool.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND token = \(token)").first
+            .map(Self.decode)
     }
 
     public func find(projectID: String, apnsToken: String) async throws -> Registration? {
-        try await pool.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND apns_token = \(apnsToken) LIMIT 1")
-            .first.map(Self.decode)
+        try await pool.query(
+            "SELECT * FROM registrations WHERE project_id = \(projectID) AND apns_token = \(apnsToken) LIMIT 1"
+        )
+        .first.map(Self.decode)
     }
 
     public func delete(projectID: String, fid: String) async throws -> Bool {
-        try await pool.query("DELETE FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").affectedRows == 1
+        try await pool.query("DELETE FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").affectedRows
+            == 1
     }
 
     static func decode(_ row: PostgresRow) throws -> Registration {
         var web: WebPush?
         if let endpoint: String = try row.decode("web_endpoint") {
-            web = WebPush(endpoint: endpoint, auth: try row.decode("web_auth") ?? "", p256dh: try row.decode("web_p256dh") ?? "",
-                          applicationPubKey: try row.decode("web_app_key"), origin: try row.decode("web_origin"))
+            web = WebPush(
+                endpoint: endpoint, auth: try row.decode("web_auth") ?? "", p256dh: try row.decode("web_p256dh") ?? "",
+                applicationPubKey: try row.decode("web_app_key"), origin: try row.decode("web_origin"))
         }
         return Registration(
             projectID: try row.require("project_id"), fid: try row.require("fid"), token: try row.require("token"),
             platform: Platform(rawValue: try row.require("platform")) ?? .web, apnsToken: try row.decode("apns_token"),
             apnsEnvironment: try row.decode("apns_environment"), bundleID: try row.decode("bundle_id"),
             appVersion: try row.decode("app_version"), sdkVersion: try row.decode("sdk_version"), web: web,
-            state: try row.require("state"), clientTime: try row.decode("client_time"), createdAt: try row.require("created_at"),
+            state: try row.require("state"), clientTime: try row.decode("client_time"),
+            createdAt: try row.require("created_at"),
             refreshedAt: try row.require("refreshed_at"))
     }
 }

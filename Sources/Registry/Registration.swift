@@ -17,9 +17,11 @@ public struct Registration: Sendable, Equatable {
     public var createdAt: Date
     public var refreshedAt: Date
 
-    public init(projectID: String, fid: String, token: String, platform: Platform, apnsToken: String? = nil,
-                apnsEnvironment: String? = nil, bundleID: String? = nil, appVersion: String? = nil, sdkVersion: String? = nil,
-                web: WebPush? = nil, state: String = "active", clientTime: Date? = nil, createdAt: Date, refreshedAt: Date) {
+    public init(
+        projectID: String, fid: String, token: String, platform: Platform, apnsToken: String? = nil,
+        apnsEnvironment: String? = nil, bundleID: String? = nil, appVersion: String? = nil, sdkVersion: String? = nil,
+        web: WebPush? = nil, state: String = "active", clientTime: Date? = nil, createdAt: Date, refreshedAt: Date
+    ) {
         self.projectID = projectID
         self.fid = fid
         self.token = token

@@ -10,8 +10,10 @@ public struct RegistrationService: Sendable {
     public let installations: InstallationService
     public let clock: any Clock
 
-    public init(registrations: any RegistrationStore, topics: any TopicStore, consent: ConsentService,
-                installations: InstallationService, clock: any Clock) {
+    public init(
+        registrations: any RegistrationStore, topics: any TopicStore, consent: ConsentService,
+        installations: InstallationService, clock: any Clock
+    ) {
         self.registrations = registrations
         self.topics = topics
         self.consent = consent
@@ -36,8 +38,9 @@ public struct RegistrationService: Sendable {
 
     private func requireConsent(_ installation: Installation) async throws {
         guard try await consent.messagingEnabled(installation: installation) else {
-            throw RegistryError(.failedPrecondition,
-                                "messaging consent (autoInitEnabled) is off for installation \(installation.fid); record consent first")
+            throw RegistryError(
+                .failedPrecondition,
+                "messaging consent (autoInitEnabled) is off for installation \(installation.fid); record consent first")
         }
     }
 
@@ -58,7 +61,9 @@ public struct RegistrationService: Sendable {
     }
 
     /// The token refresh callback from an app backend.
-    public func refresh(project: Project, fid: String, template: Registration) async throws -> (Registration, RefreshOutcome) {
+    public func refresh(project: Project, fid: String, template: Registration) async throws -> (
+        Registration, RefreshOutcome
+    ) {
         let now = clock.now()
         var registration = template
         registration.projectID = project.id
@@ -70,13 +75,17 @@ public struct RegistrationService: Sendable {
         case let .stored(stored, outcome): return (stored, outcome)
         case .installationNotFound: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
         case .consentOff:
-            throw RegistryError(.failedPrecondition, "messaging consent (autoInitEnabled) is off for installation \(fid); record consent first")
+            throw RegistryError(
+                .failedPrecondition,
+                "messaging consent (autoInitEnabled) is off for installation \(fid); record consent first")
         }
     }
 
     /// The registration a path names, by token or FID.
     public func find(project: Project, tokenOrFID: String) async throws -> Registration? {
-        if Identifiers.isValidFID(tokenOrFID), let byFID = try await registrations.find(projectID: project.id, fid: tokenOrFID) {
+        if Identifiers.isValidFID(tokenOrFID),
+            let byFID = try await registrations.find(projectID: project.id, fid: tokenOrFID)
+        {
             return byFID
         }
         guard RegistrationService.isValidToken(tokenOrFID) else { return nil }
@@ -99,10 +108,15 @@ public struct RegistrationService: Sendable {
     public func sendability(project: Project, token: String, targeting: TargetingService) async throws -> Sendability {
         guard let registration = try await find(project: project, tokenOrFID: token) else {
             let fid = token.split(separator: ":", maxSplits: 1).first.map(String.init) ?? token
-            if Identifiers.isValidFID(fid), try await installations.wasDeleted(project: project, fid: fid) { return .deleted }
+            if Identifiers.isValidFID(fid), try await installations.wasDeleted(project: project, fid: fid) {
+                return .deleted
+            }
             return .unknownToken
         }
-        guard let installation = try await installations.find(project: project, fid: registration.fid) else { return .deleted }
-        return targeting.sendability(of: registration, messagingConsent: try await consent.messagingEnabled(installation: installation))
+        guard let installation = try await installations.find(project: project, fid: registration.fid) else {
+            return .deleted
+        }
+        return targeting.sendability(
+            of: registration, messagingConsent: try await consent.messagingEnabled(installation: installation))
     }
 }

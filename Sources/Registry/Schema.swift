@@ -4,10 +4,14 @@ import Postgres
 public enum Schema {
     public static let migrations: [Migration] = [
         Migration(version: 1, name: "initial", sql: String(decoding: PackageResources.m001_initial_sql, as: UTF8.self)),
-        Migration(version: 2, name: "registrations", sql: String(decoding: PackageResources.m002_registrations_sql, as: UTF8.self)),
-        Migration(version: 3, name: "deletions", sql: String(decoding: PackageResources.m003_deletions_sql, as: UTF8.self)),
-        Migration(version: 4, name: "registration_expiry",
-                  sql: String(decoding: PackageResources.m004_registration_expiry_sql, as: UTF8.self)),
+        Migration(
+            version: 2, name: "registrations",
+            sql: String(decoding: PackageResources.m002_registrations_sql, as: UTF8.self)),
+        Migration(
+            version: 3, name: "deletions", sql: String(decoding: PackageResources.m003_deletions_sql, as: UTF8.self)),
+        Migration(
+            version: 4, name: "registration_expiry",
+            sql: String(decoding: PackageResources.m004_registration_expiry_sql, as: UTF8.self)),
     ]
 
     public static var migrator: Migrator { Migrator(migrations: migrations) }

@@ -40,7 +40,8 @@ public struct TargetingService: Sendable {
     public func members(projectID: String, topic: String, after: String?, limit: Int) async throws -> [Target] {
         let now = clock.now()
         let expiredBefore = now.addingTimeInterval(-freshness.expireAfter)
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT r.fid, r.token, r.platform, r.refreshed_at FROM topic_subscriptions ts
             JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
             JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = 'messaging' AND c.granted
@@ -54,15 +55,18 @@ public struct TargetingService: Sendable {
     /// Live registrations that satisfy `condition`, after FID `after`.
     public func resolve(projectID: String, condition: Condition, after: String?, limit: Int) async throws -> [Target] {
         let now = clock.now()
-        var binds: [String?] = [projectID, (now.addingTimeInterval(-freshness.expireAfter)).postgresText, after ?? "", String(limit)]
+        var binds: [String?] = [
+            projectID, (now.addingTimeInterval(-freshness.expireAfter)).postgresText, after ?? "", String(limit),
+        ]
         let predicate = sql(condition, binds: &binds)
-        let query = PostgresQuery(unsafeSQL: """
-            SELECT r.fid, r.token, r.platform, r.refreshed_at FROM registrations r
-            JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = 'messaging' AND c.granted
-            WHERE r.project_id = $1 AND r.state = 'active' AND r.refreshed_at > $2::timestamptz AND r.fid > $3
-              AND (\(predicate))
-            ORDER BY r.fid LIMIT $4::int
-            """, binds: binds)
+        let query = PostgresQuery(
+            unsafeSQL: """
+                SELECT r.fid, r.token, r.platform, r.refreshed_at FROM registrations r
+                JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = 'messaging' AND c.granted
+                WHERE r.project_id = $1 AND r.state = 'active' AND r.refreshed_at > $2::timestamptz AND r.fid > $3
+                  AND (\(predicate))
+                ORDER BY r.fid LIMIT $4::int
+                """, binds: binds)
         return try await pool.query(query).map { try target($0, now: now) }
     }
 
@@ -71,7 +75,8 @@ public struct TargetingService: Sendable {
         switch condition {
         case let .topic(name):
             binds.append(name)
-            return "EXISTS (SELECT 1 FROM topic_subscriptions ts WHERE ts.project_id = r.project_id AND ts.fid = r.fid AND ts.topic = $\(binds.count))"
+            return
+                "EXISTS (SELECT 1 FROM topic_subscriptions ts WHERE ts.project_id = r.project_id AND ts.fid = r.fid AND ts.topic = $\(binds.count))"
         case let .not(inner): return "NOT (\(sql(inner, binds: &binds)))"
         case let .and(a, b): return "(\(sql(a, binds: &binds))) AND (\(sql(b, binds: &binds)))"
         case let .or(a, b): return "(\(sql(a, binds: &binds))) OR (\(sql(b, binds: &binds)))"
@@ -80,9 +85,10 @@ public struct TargetingService: Sendable {
 
     private func target(_ row: PostgresRow, now: Date) throws -> Target {
         let refreshed: Date = try row.require("refreshed_at")
-        return Target(fid: try row.require("fid"), token: try row.require("token"),
-                      platform: Platform(rawValue: try row.require("platform")) ?? .web, refreshedAt: refreshed,
-                      stale: now.timeIntervalSince(refreshed) > freshness.staleAfter)
+        return Target(
+            fid: try row.require("fid"), token: try row.require("token"),
+            platform: Platform(rawValue: try row.require("platform")) ?? .web, refreshedAt: refreshed,
+            stale: now.timeIntervalSince(refreshed) > freshness.staleAfter)
     }
 
     /// Whether `registration` may be sent to now.

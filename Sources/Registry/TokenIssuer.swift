@@ -57,30 +57,36 @@ public final class TokenIssuer: Sendable {
     public func rotate() async throws -> String {
         let key = try ES256PrivateKey.generate()
         let kid = key.publicKey.thumbprint
-        try await pool.query("INSERT INTO signing_keys (kid, private_pem, created_at) VALUES (\(kid), \(try key.pemRepresentation()), \(clock.now()))")
+        try await pool.query(
+            "INSERT INTO signing_keys (kid, private_pem, created_at) VALUES (\(kid), \(try key.pemRepresentation()), \(clock.now()))"
+        )
         try await reload()
         return kid
     }
 
     /// Loads the ring, creating the first key when there is none.
     public func reload() async throws {
-        var rows = try await pool.query("SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid")
+        var rows = try await pool.query(
+            "SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid")
         if rows.isEmpty {
             let key = try ES256PrivateKey.generate()
             // Replicas starting together race here; the first insert wins and everyone reloads it.
-            try await pool.query("""
+            try await pool.query(
+                """
                 INSERT INTO signing_keys (kid, private_pem, created_at)
                 SELECT \(key.publicKey.thumbprint), \(try key.pemRepresentation()), \(clock.now())
                 WHERE NOT EXISTS (SELECT 1 FROM signing_keys)
                 """)
-            rows = try await pool.query("SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid")
+            rows = try await pool.query(
+                "SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid")
         }
         var loaded: [String: Key] = [:]
         var newest: Key?
         for row in rows {
             let kid: String = try row.require("kid")
-            let key = Key(kid: kid, privateKey: try ES256PrivateKey(pem: try row.require("private_pem")),
-                          created: try row.require("created_at"))
+            let key = Key(
+                kid: kid, privateKey: try ES256PrivateKey(pem: try row.require("private_pem")),
+                created: try row.require("created_at"))
             loaded[kid] = key
             newest = key
         }
@@ -123,7 +129,8 @@ public final class TokenIssuer: Sendable {
             try await reload()
             current = ring.withLock { $0 }
         }
-        guard let key = current.keys[kid], key.privateKey.publicKey.verify(signature: parts.signature, for: parts.signingInput),
+        guard let key = current.keys[kid],
+            key.privateKey.publicKey.verify(signature: parts.signature, for: parts.signingInput),
             let claims = try? JSONParser.parse(parts.payload),
             let appID = claims["appId"]?.stringValue, let fid = claims["fid"]?.stringValue,
             let number = claims["projectNumber"]?.int64Value, let exp = claims["exp"]?.int64Value
@@ -135,7 +142,9 @@ public final class TokenIssuer: Sendable {
 
     /// The public keys as a JWK Set document.
     public func jwks() async throws -> String {
-        let entries = try await currentRing().keys.values.sorted { $0.created < $1.created }.map { $0.privateKey.publicKey.jwkJSON(kid: $0.kid) }
+        let entries = try await currentRing().keys.values.sorted { $0.created < $1.created }.map {
+            $0.privateKey.publicKey.jwkJSON(kid: $0.kid)
+        }
         return "{\"keys\":[" + entries.joined(separator: ",") + "]}"
     }
 }

@@ -16,7 +16,9 @@ public protocol TopicStore: Sendable {
     func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String>
     func created(projectID: String, fid: String, topic: String) async throws -> Date?
     /// Topics of an installation in name order, after `after`, at most `limit`.
-    func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [(topic: String, created: Date)]
+    func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [(
+        topic: String, created: Date
+    )]
 }
 
 /// ``TopicStore`` on PostgreSQL.
@@ -25,23 +27,31 @@ public struct PostgresTopicStore: TopicStore {
 
     public init(pool: PostgresPool) { self.pool = pool }
 
-    public func add(projectID: String, fids: [String], topic: String, at: Date) async throws -> [String: SubscribeResult] {
+    public func add(projectID: String, fids: [String], topic: String, at: Date) async throws -> [String:
+        SubscribeResult]
+    {
         guard !fids.isEmpty else { return [:] }
         return try await pool.withTransaction { c in
             // Lock the installations in a fixed order so concurrent batches cannot deadlock or pass the limit.
-            try await c.query("""
+            try await c.query(
+                """
                 SELECT fid FROM installations WHERE project_id = \(projectID) AND fid = ANY(\(TextArray(fids))::text[])
                 ORDER BY fid FOR UPDATE
                 """)
-            let existing = Set(try await c.query("""
-                SELECT fid FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
-                AND fid = ANY(\(TextArray(fids))::text[])
-                """).map { try $0.require("fid", as: String.self) })
+            let existing = Set(
+                try await c.query(
+                    """
+                    SELECT fid FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
+                    AND fid = ANY(\(TextArray(fids))::text[])
+                    """
+                ).map { try $0.require("fid", as: String.self) })
             var counts: [String: Int] = [:]
-            for row in try await c.query("""
+            for row in try await c.query(
+                """
                 SELECT fid, count(*) AS n FROM topic_subscriptions WHERE project_id = \(projectID)
                 AND fid = ANY(\(TextArray(fids))::text[]) GROUP BY fid
-                """) {
+                """)
+            {
                 counts[try row.require("fid")] = try row.require("n", as: Int.self)
             }
             var results: [String: SubscribeResult] = [:]
@@ -57,7 +67,8 @@ public struct PostgresTopicStore: TopicStore {
                 }
             }
             if !toAdd.isEmpty {
-                try await c.query("""
+                try await c.query(
+                    """
                     INSERT INTO topic_subscriptions (project_id, fid, topic, created_at)
                     SELECT \(projectID), f, \(topic), \(at) FROM unnest(\(TextArray(toAdd))::text[]) AS f
                     ON CONFLICT DO NOTHING
@@ -69,10 +80,13 @@ public struct PostgresTopicStore: TopicStore {
 
     public func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String> {
         guard !fids.isEmpty else { return [] }
-        return Set(try await pool.query("""
-            DELETE FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
-            AND fid = ANY(\(TextArray(fids))::text[]) RETURNING fid
-            """).map { try $0.require("fid", as: String.self) })
+        return Set(
+            try await pool.query(
+                """
+                DELETE FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
+                AND fid = ANY(\(TextArray(fids))::text[]) RETURNING fid
+                """
+            ).map { try $0.require("fid", as: String.self) })
     }
 
     public func created(projectID: String, fid: String, topic: String) async throws -> Date? {
@@ -81,10 +95,14 @@ public struct PostgresTopicStore: TopicStore {
         ).first?.require("created_at", as: Date.self)
     }
 
-    public func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [(topic: String, created: Date)] {
-        try await pool.query("""
+    public func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [(
+        topic: String, created: Date
+    )] {
+        try await pool.query(
+            """
             SELECT topic, created_at FROM topic_subscriptions WHERE project_id = \(projectID) AND fid = \(fid)
             AND topic > \(after ?? "") ORDER BY topic LIMIT \(limit)
-            """).map { (try $0.require("topic"), try $0.require("created_at")) }
+            """
+        ).map { (try $0.require("topic"), try $0.require("created_at")) }
     }
 }

@@ -31,7 +31,9 @@ public final class RawHTTPClient: @unchecked Sendable {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
         let ok = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard ok == 0 else {
             // No close here: the instance is fully initialised, so deinit runs and closes the descriptor. Closing
@@ -53,7 +55,9 @@ public final class RawHTTPClient: @unchecked Sendable {
         try await offPool {
             var offset = 0
             while offset < bytes.count {
-                let n = bytes.withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL)) }
+                let n = bytes.withUnsafeBytes {
+                    Glibc.send(self.fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+                }
                 guard n > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EPIPE) }
                 offset += n
             }
@@ -102,9 +106,12 @@ public final class RawHTTPClient: @unchecked Sendable {
                 let status = Int(statusLine[1]) ?? 0
                 let headers = lines.compactMap { line -> (String, String)? in
                     guard let colon = line.firstIndex(of: ":") else { return nil }
-                    return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+                    return (
+                        String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                    )
                 }
-                let length = headRequest || status == 100
+                let length =
+                    headRequest || status == 100
                     ? 0 : Int(headers.first { $0.0.lowercased() == "content-length" }?.1 ?? "0") ?? 0
                 while pending.count < end + 4 + length {
                     guard try fill() else { return nil }

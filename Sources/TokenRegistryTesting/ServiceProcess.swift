@@ -2,7 +2,9 @@ import Foundation
 import Glibc
 
 extension String {
-    fileprivate func replacingOccurrences(of a: String, with b: String) -> String { components(separatedBy: a).joined(separator: b) }
+    fileprivate func replacingOccurrences(of a: String, with b: String) -> String {
+        components(separatedBy: a).joined(separator: b)
+    }
 }
 
 /// The real `token-registry` binary run as a child process, for tests of signals, start-up and outages.
@@ -15,13 +17,16 @@ public final class ServiceProcess: @unchecked Sendable {
 
     /// The repository root, found from this file's path.
     public static var repositoryRoot: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
     }
 
     /// The debug build of the binary, which `swift build --build-tests` makes.
     public static var binary: String { repositoryRoot.appendingPathComponent(".build/debug/token-registry").path }
 
-    public static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: binary) && TestDatabase.isAvailable }
+    public static var isAvailable: Bool {
+        FileManager.default.isExecutableFile(atPath: binary) && TestDatabase.isAvailable
+    }
 
     /// A port that was free a moment ago.
     public static func freePort() -> Int {
@@ -30,9 +35,15 @@ public final class ServiceProcess: @unchecked Sendable {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
@@ -64,7 +75,8 @@ public final class ServiceProcess: @unchecked Sendable {
     public func waitForReadiness(_ status: Int = 200, timeout: Double = 30) async throws {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if let reply = try? await RawHTTPClient.exchange(port: port, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+            if let reply = try? await RawHTTPClient.exchange(
+                port: port, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
                 reply.status == status
             {
                 return

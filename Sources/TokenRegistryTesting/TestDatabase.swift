@@ -12,7 +12,8 @@ public enum TestDatabase {
     /// Creates an empty database and returns its connection string.
     public static func create() async throws -> String {
         guard let admin = adminURL else {
-            throw PostgresError(.connectionFailed, message: "TEST_DATABASE_URL is not set; run the tests with scripts/test.sh")
+            throw PostgresError(
+                .connectionFailed, message: "TEST_DATABASE_URL is not set; run the tests with scripts/test.sh")
         }
         let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         let connection = try await PostgresConnection.connect(admin)

@@ -20,15 +20,18 @@ public struct TestService: Sendable {
     public let consentFirst: App
 
     /// Runs `body` against a fresh service; shuts it down and drops the database afterwards.
-    public static func with(configure: (inout Configuration) -> Void = { _ in }, clock: any Clock = SystemClock(),
-                            _ body: (TestService) async throws -> Void) async throws {
+    public static func with(
+        configure: (inout Configuration) -> Void = { _ in }, clock: any Clock = SystemClock(),
+        _ body: (TestService) async throws -> Void
+    ) async throws {
         let conninfo = try await TestDatabase.create()
         var configuration = Configuration(http: .init(host: "127.0.0.1", port: 0, eventLoops: 2))
         configuration.databasePoolSize = 8
         configure(&configuration)
         try await Schema.migrator.migrate(conninfo: conninfo)
-        let app = try await Application.build(configuration: configuration, conninfo: conninfo, clock: clock,
-                                              logger: Logger(level: .error))
+        let app = try await Application.build(
+            configuration: configuration, conninfo: conninfo, clock: clock,
+            logger: Logger(level: .error))
         let service = try await TestService.seed(app: app, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
         do {
             try await body(service)
@@ -44,27 +47,35 @@ public struct TestService: Sendable {
     static func seed(app: Application, conninfo: String, number: Int64, id: String) async throws -> TestService {
         let key = try await app.catalog.createProject(id: id, number: number)
         let project = Project(id: id, number: number)
-        let web = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
-        let ios = try await app.catalog.createApp(project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: true)
-        let android = try await app.catalog.createApp(project: project, platform: .android, bundleID: "com.example.app", autoInitDefault: true)
-        let consentFirst = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: false)
+        let web = try await app.catalog.createApp(
+            project: project, platform: .web, bundleID: nil, autoInitDefault: true)
+        let ios = try await app.catalog.createApp(
+            project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: true)
+        let android = try await app.catalog.createApp(
+            project: project, platform: .android, bundleID: "com.example.app", autoInitDefault: true)
+        let consentFirst = try await app.catalog.createApp(
+            project: project, platform: .web, bundleID: nil, autoInitDefault: false)
         let port = try app.start()
-        return TestService(app: app, port: port, conninfo: conninfo, project: project, serverKey: key, web: web, ios: ios,
-                           android: android, consentFirst: consentFirst)
+        return TestService(
+            app: app, port: port, conninfo: conninfo, project: project, serverKey: key, web: web, ios: ios,
+            android: android, consentFirst: consentFirst)
     }
 
     /// Adds a second project (for isolation tests) on the same service.
     public func addProject(id: String, number: Int64) async throws -> (project: Project, serverKey: String, app: App) {
         let key = try await app.catalog.createProject(id: id, number: number)
         let project = Project(id: id, number: number)
-        let web = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
+        let web = try await app.catalog.createApp(
+            project: project, platform: .web, bundleID: nil, autoInitDefault: true)
         return (project, key, web)
     }
 
     // MARK: - Requests
 
     /// Sends one request on a new connection and reads the response.
-    public func request(_ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8]? = nil) async throws -> Reply {
+    public func request(_ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8]? = nil)
+        async throws -> Reply
+    {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if let body { head += "Content-Length: \(body.count)\r\n" }
@@ -76,7 +87,9 @@ public struct TestService: Sendable {
         return Reply(raw: response)
     }
 
-    public func request(_ method: String, _ path: String, headers: [String: String] = [:], json: JSONValue) async throws -> Reply {
+    public func request(_ method: String, _ path: String, headers: [String: String] = [:], json: JSONValue) async throws
+        -> Reply
+    {
         var all = headers
         if all["Content-Type"] == nil { all["Content-Type"] = "application/json" }
         return try await request(method, path, headers: all, body: json.encoded())
@@ -88,9 +101,12 @@ public struct TestService: Sendable {
     /// Creates an installation through the FIS route, as the JS SDK does.
     public func createInstallation(app: App? = nil, fid: String? = nil) async throws -> CreatedInstallationReply {
         let app = app ?? web
-        let reply = try await request("POST", "/v1/projects/\(project.id)/installations", headers: ["x-goog-api-key": app.apiKey],
-                                      json: ["fid": fid.map { .string($0) } ?? .string(""), "authVersion": "FIS_v2",
-                                             "appId": .string(app.id), "sdkVersion": "w:0.6.24"])
+        let reply = try await request(
+            "POST", "/v1/projects/\(project.id)/installations", headers: ["x-goog-api-key": app.apiKey],
+            json: [
+                "fid": fid.map { .string($0) } ?? .string(""), "authVersion": "FIS_v2",
+                "appId": .string(app.id), "sdkVersion": "w:0.6.24",
+            ])
         guard reply.status == 200, let json = reply.json, let fid = json["fid"]?.stringValue,
             let refresh = json["refreshToken"]?.stringValue, let token = json["authToken"]?["token"]?.stringValue
         else { throw ReplyError(reply: reply) }

@@ -8,7 +8,9 @@ import Registry
 enum Admin {
     static func migrate(_ arguments: Arguments) async throws -> Int32 {
         if arguments.wantsHelp {
-            print("token-registry migrate — apply pending database migrations (safe to run from several replicas at once).")
+            print(
+                "token-registry migrate — apply pending database migrations (safe to run from several replicas at once)."
+            )
             return 0
         }
         try arguments.allow([])
@@ -20,20 +22,25 @@ enum Admin {
     }
 
     /// Runs `body` with a migrated database and an application built on it (no HTTP listener).
-    static func withApplication<T>(clock: any Clock = SystemClock(), _ body: (Application) async throws -> T) async throws -> T {
+    static func withApplication<T>(clock: any Clock = SystemClock(), _ body: (Application) async throws -> T)
+        async throws -> T
+    {
         let configuration = try Configuration.fromEnvironment()
         let database = try await Database.open(configuration)
         defer { database.close() }
         try await database.migrate()
-        let app = try await Application.build(configuration: configuration, conninfo: database.conninfo, clock: clock,
-                                              logger: Logger(level: .error))
+        let app = try await Application.build(
+            configuration: configuration, conninfo: database.conninfo, clock: clock,
+            logger: Logger(level: .error))
         return try await body(app)
     }
 
     static func project(_ arguments: Arguments) async throws -> Int32 {
         guard arguments.words.first == "create", !arguments.wantsHelp else {
-            print("token-registry project create --id <projectId> --number <projectNumber>\n"
-                + "  Creates a project and prints {\"projectId\",\"projectNumber\",\"serverKey\"}. The server key is shown once.")
+            print(
+                "token-registry project create --id <projectId> --number <projectNumber>\n"
+                    + "  Creates a project and prints {\"projectId\",\"projectNumber\",\"serverKey\"}. The server key is shown once."
+            )
             return arguments.wantsHelp ? 0 : 2
         }
         try arguments.allow(["id", "number"])
@@ -48,9 +55,10 @@ enum Admin {
 
     static func app(_ arguments: Arguments) async throws -> Int32 {
         guard arguments.words.first == "create", !arguments.wantsHelp else {
-            print("token-registry app create --project <id|number> --platform ios|android|web [--bundle-id <id>] "
-                + "[--auto-init-default true|false]\n  Creates an app and prints {\"appId\",\"apiKey\",…}. "
-                + "--auto-init-default false makes new installations start opted out of messaging.")
+            print(
+                "token-registry app create --project <id|number> --platform ios|android|web [--bundle-id <id>] "
+                    + "[--auto-init-default true|false]\n  Creates an app and prints {\"appId\",\"apiKey\",…}. "
+                    + "--auto-init-default false makes new installations start opted out of messaging.")
             return arguments.wantsHelp ? 0 : 2
         }
         try arguments.allow(["project", "platform", "bundle-id", "auto-init-default"])
@@ -64,9 +72,12 @@ enum Admin {
             autoInit = value
         }
         return try await withApplication { app in
-            guard let project = try await app.catalog.project(reference) else { throw CLIError("no project \(reference)") }
-            let created = try await app.catalog.createApp(project: project, platform: platform, bundleID: arguments.options["bundle-id"],
-                                                          autoInitDefault: autoInit)
+            guard let project = try await app.catalog.project(reference) else {
+                throw CLIError("no project \(reference)")
+            }
+            let created = try await app.catalog.createApp(
+                project: project, platform: platform, bundleID: arguments.options["bundle-id"],
+                autoInitDefault: autoInit)
             printJSON([
                 "appId": .string(created.id), "apiKey": .string(created.apiKey), "projectId": .string(project.id),
                 "platform": .string(platform.rawValue), "autoInitDefault": .bool(autoInit),
@@ -77,8 +88,9 @@ enum Admin {
 
     static func keys(_ arguments: Arguments) async throws -> Int32 {
         guard arguments.words.first == "rotate", !arguments.wantsHelp else {
-            print("token-registry keys rotate — add a new ES256 signing key for auth tokens; tokens signed by older keys keep "
-                + "verifying until they expire. Replicas pick the new key up within a minute.")
+            print(
+                "token-registry keys rotate — add a new ES256 signing key for auth tokens; tokens signed by older keys keep "
+                    + "verifying until they expire. Replicas pick the new key up within a minute.")
             return arguments.wantsHelp ? 0 : 2
         }
         try arguments.allow([])
@@ -94,14 +106,18 @@ extension Admin {
     /// `jobs run [--now <time>]`: each job once, at the given time (so a test can live through 180 days).
     static func jobs(_ arguments: Arguments) async throws -> Int32 {
         guard arguments.words.first == "run", !arguments.wantsHelp else {
-            print("token-registry jobs run [--now <RFC 3339 time>] — run each background job once: deliver due deletion notices, "
-                + "purge what is due, expire idle installations, relay change-feed events. --now sets the clock the jobs see.")
+            print(
+                "token-registry jobs run [--now <RFC 3339 time>] — run each background job once: deliver due deletion notices, "
+                    + "purge what is due, expire idle installations, relay change-feed events. --now sets the clock the jobs see."
+            )
             return arguments.wantsHelp ? 0 : 2
         }
         try arguments.allow(["now"])
         var clock: any Clock = SystemClock()
         if let text = arguments.options["now"] {
-            guard let date = Timestamp.parse(text) else { throw CLIError("--now must be an RFC 3339 time such as 2027-06-01T00:00:00Z") }
+            guard let date = Timestamp.parse(text) else {
+                throw CLIError("--now must be an RFC 3339 time such as 2027-06-01T00:00:00Z")
+            }
             clock = ManualClock(date)
         }
         return try await withApplication(clock: clock) { app in

@@ -11,15 +11,18 @@ struct ConsentTests {
             let path = "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent"
             let auth = ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"]
             for (granted, version) in [(true, "v1"), (false, "v1"), (true, "v2")] {
-                let r = try await s.request("PUT", path, headers: auth,
-                                            json: ["autoInitEnabled": .bool(granted), "policyVersion": .string(version), "source": "settings"])
+                let r = try await s.request(
+                    "PUT", path, headers: auth,
+                    json: ["autoInitEnabled": .bool(granted), "policyVersion": .string(version), "source": "settings"])
                 #expect(r.status == 200, "\(r)")
                 #expect(r.json?["autoInitEnabled"]?.boolValue == granted)
             }
-            let history = try #require(try await s.request("GET", path + "?view=history", headers: auth).json?["history"]?.arrayValue)
+            let history = try #require(
+                try await s.request("GET", path + "?view=history", headers: auth).json?["history"]?.arrayValue)
             #expect(history.map { $0["autoInitEnabled"]?.boolValue } == [true, true, false, true])
             #expect(history.map { $0["previous"] } == [.null, .bool(true), .bool(true), .bool(false)])
-            #expect(history.map { $0["actor"]?.stringValue } == ["default", "installation", "installation", "installation"])
+            #expect(
+                history.map { $0["actor"]?.stringValue } == ["default", "installation", "installation", "installation"])
             #expect(history.last?["policyVersion"]?.stringValue == "v2")
             let current = try #require(try await s.request("GET", path, headers: auth).json)
             #expect(current["consents"]?.arrayValue?.first?["autoInitEnabled"]?.boolValue == true)
@@ -29,7 +32,8 @@ struct ConsentTests {
     @Test func consentFirstAppsStartOptedOut() async throws {
         try await TestService.with { s in
             let i = try await s.createInstallation(app: s.consentFirst)
-            let current = try await s.request("GET", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: s.serverHeaders)
+            let current = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: s.serverHeaders)
             #expect(current.json?["consents"]?.arrayValue?.first?["autoInitEnabled"]?.boolValue == false)
             #expect(current.json?["consents"]?.arrayValue?.first?["actor"]?.stringValue == "default")
         }
@@ -39,11 +43,13 @@ struct ConsentTests {
         try await TestService.with { s in
             let i = try await s.createInstallation()
             let path = "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent"
-            let r = try await s.request("PUT", path, headers: s.serverHeaders,
-                                        json: ["autoInitEnabled": false, "purpose": "analytics", "source": "crm-import"])
+            let r = try await s.request(
+                "PUT", path, headers: s.serverHeaders,
+                json: ["autoInitEnabled": false, "purpose": "analytics", "source": "crm-import"])
             #expect(r.json?["actor"]?.stringValue == "server")
             #expect(r.json?["previous"] == .null)
-            let current = try #require(try await s.request("GET", path, headers: s.serverHeaders).json?["consents"]?.arrayValue)
+            let current = try #require(
+                try await s.request("GET", path, headers: s.serverHeaders).json?["consents"]?.arrayValue)
             #expect(current.map { $0["purpose"]?.stringValue } == ["analytics", "messaging"])
         }
     }
@@ -52,17 +58,23 @@ struct ConsentTests {
         try await TestService.with { s in
             let a = try await s.createInstallation()
             let b = try await s.createInstallation()
-            let r = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(b.fid)/consent",
-                                        headers: ["x-goog-firebase-installations-auth": a.authToken], json: ["autoInitEnabled": false])
+            let r = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(b.fid)/consent",
+                headers: ["x-goog-firebase-installations-auth": a.authToken], json: ["autoInitEnabled": false])
             #expect(r.status == 403)
-            #expect(try await s.request("GET", "/v1/projects/\(s.project.id)/installations/\(b.fid)/consent").status == 401)
-            #expect(try await s.request("GET", "/v1/projects/\(s.project.id)/installations/\(b.fid)/consent",
-                                        headers: ["x-goog-firebase-installations-auth": "garbage"]).status == 401)
+            #expect(
+                try await s.request("GET", "/v1/projects/\(s.project.id)/installations/\(b.fid)/consent").status == 401)
+            #expect(
+                try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/installations/\(b.fid)/consent",
+                    headers: ["x-goog-firebase-installations-auth": "garbage"]
+                ).status == 401)
         }
     }
 
     static let badBodies: [(JSONValue, String)] = [
-        ([:], "autoInitEnabled"), (["autoInitEnabled": "yes"], "autoInitEnabled"), (["autoInitEnabled": true, "purpose": "Bad Purpose"], "purpose"),
+        ([:], "autoInitEnabled"), (["autoInitEnabled": "yes"], "autoInitEnabled"),
+        (["autoInitEnabled": true, "purpose": "Bad Purpose"], "purpose"),
         (["autoInitEnabled": true, "policyVersion": .string(String(repeating: "x", count: 200))], "policyVersion"),
         (["autoInitEnabled": true, "source": 5], "source"),
     ]
@@ -71,7 +83,9 @@ struct ConsentTests {
     func invalidConsentBodiesName(_ bad: (JSONValue, String)) async throws {
         try await TestService.with { s in
             let i = try await s.createInstallation()
-            let r = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: s.serverHeaders, json: bad.0)
+            let r = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: s.serverHeaders,
+                json: bad.0)
             #expect(r.status == 400)
             #expect(r.json?["error"]?["message"]?.stringValue?.contains(bad.1) == true, "\(r)")
         }
@@ -80,7 +94,11 @@ struct ConsentTests {
     @Test func unknownViewIsRejectedAndLedgerIsAppendOnly() async throws {
         try await TestService.with { s in
             let i = try await s.createInstallation()
-            #expect(try await s.request("GET", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent?view=all", headers: s.serverHeaders).status == 400)
+            #expect(
+                try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent?view=all",
+                    headers: s.serverHeaders
+                ).status == 400)
             do {
                 try await s.app.pool.query("UPDATE consent_events SET granted = NOT granted")
                 Issue.record("the ledger accepted an update")

@@ -40,8 +40,10 @@ final class Receiver: Sendable {
                 if kv.count == 2 { parts[String(kv[0])] = String(kv[1]) }
             }
             let key = state.secret.withLock { $0 }
-            let expected = Hex.encode(HMACSHA256.authenticate(Array("\(parts["t"] ?? "").".utf8) + request.body, key: Array(key.utf8)))
-            let notice = Notice(body: (try? JSONParser.parse(request.body)) ?? .null, signatureValid: parts["v1"] == expected)
+            let expected = Hex.encode(
+                HMACSHA256.authenticate(Array("\(parts["t"] ?? "").".utf8) + request.body, key: Array(key.utf8)))
+            let notice = Notice(
+                body: (try? JSONParser.parse(request.body)) ?? .null, signatureValid: parts["v1"] == expected)
             state.notices.withLock { $0.append(notice) }
             let status = state.script.withLock { s -> Int in s.isEmpty ? 200 : s.removeFirst() }
             return HTTPResponse(status: status, contentType: "application/json", body: "{}")
@@ -57,8 +59,9 @@ final class Receiver: Sendable {
 @Suite("Deletion, purge, expiry, change feed", .enabled(if: TestDatabase.isAvailable))
 struct DeletionTests {
     func link(_ s: TestService, _ receiver: Receiver, name: String = "crm") async throws {
-        let created = try await s.request("POST", "/v1/projects/\(s.project.id)/linkedServices", headers: s.serverHeaders,
-                                          json: ["name": .string(name), "endpoint": .string(receiver.endpoint)])
+        let created = try await s.request(
+            "POST", "/v1/projects/\(s.project.id)/linkedServices", headers: s.serverHeaders,
+            json: ["name": .string(name), "endpoint": .string(receiver.endpoint)])
         #expect(created.status == 200, "\(created)")
         receiver.setSecret(created.json?["secret"]?.stringValue ?? "")
     }
@@ -69,7 +72,11 @@ struct DeletionTests {
         try await TestService.with(clock: clock) { s in
             try await link(s, receiver)
             let i = try await s.createInstallation()
-            #expect(try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)", headers: ["Authorization": "FIS_v2 \(i.refreshToken)"]).status == 200)
+            #expect(
+                try await s.request(
+                    "DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)",
+                    headers: ["Authorization": "FIS_v2 \(i.refreshToken)"]
+                ).status == 200)
             let receipt = "/v1/projects/\(s.project.id)/deletions/\(i.fid)"
             let pending = try #require(try await s.request("GET", receipt, headers: s.serverHeaders).json)
             #expect(pending["state"]?.stringValue == "pending")
@@ -81,7 +88,9 @@ struct DeletionTests {
             let notices = receiver.notices
             #expect(notices.count == 6)
             #expect(notices.allSatisfy { $0.signatureValid })
-            #expect(Set(notices.compactMap { $0.body["deliveryId"]?.stringValue }).count == 1, "the deliveryId stays the same on every retry")
+            #expect(
+                Set(notices.compactMap { $0.body["deliveryId"]?.stringValue }).count == 1,
+                "the deliveryId stays the same on every retry")
             #expect(notices.last?.body["fid"]?.stringValue == i.fid)
             #expect(notices.last?.body["type"]?.stringValue == "installation.deleted")
             let done = try #require(try await s.request("GET", receipt, headers: s.serverHeaders).json)
@@ -100,13 +109,22 @@ struct DeletionTests {
         try await TestService.with { s in
             try await link(s, receiver)
             let i = try await s.createInstallation()
-            _ = try await s.request("DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+            _ = try await s.request(
+                "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
             _ = try await s.app.jobs.deliverDue()
             let receipt = "/v1/projects/\(s.project.id)/deletions/\(i.fid)"
-            #expect(try await s.request("GET", receipt, headers: s.serverHeaders).json?["services"]?.arrayValue?.first?["state"]?.stringValue == "accepted")
-            #expect(try await s.request("POST", "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/crm", headers: s.serverHeaders).status == 200)
+            #expect(
+                try await s.request("GET", receipt, headers: s.serverHeaders).json?["services"]?.arrayValue?.first?[
+                    "state"]?.stringValue == "accepted")
+            #expect(
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/crm", headers: s.serverHeaders
+                ).status == 200)
             #expect(try await s.request("GET", receipt, headers: s.serverHeaders).json?["state"]?.stringValue == "done")
-            #expect(try await s.request("POST", "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/nope", headers: s.serverHeaders).status == 404)
+            #expect(
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/nope", headers: s.serverHeaders
+                ).status == 404)
         }
         await receiver.server.shutdown(drainTimeout: 1)
     }
@@ -119,16 +137,25 @@ struct DeletionTests {
             try await link(s, receiver)
             let i = try await s.createInstallation()
             let auth = ["x-goog-firebase-installations-auth": i.authToken]
-            _ = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: auth, json: ["autoInitEnabled": true])
-            _ = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
-                                   json: ["token": .string(i.fid + ":tok"), "platform": "android"])
-            _ = try await s.request("POST", "/v1/projects/\(s.project.id)/registrations/\(i.fid)/topicSubscriptions?topicName=news", headers: s.serverHeaders, json: [:])
+            _ = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: auth,
+                json: ["autoInitEnabled": true])
+            _ = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
+                json: ["token": .string(i.fid + ":tok"), "platform": "android"])
+            _ = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/registrations/\(i.fid)/topicSubscriptions?topicName=news",
+                headers: s.serverHeaders, json: [:])
             _ = try await s.app.jobs.relayEvents()
-            #expect(try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)", headers: s.serverHeaders).status == 200)
+            #expect(
+                try await s.request(
+                    "DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)", headers: s.serverHeaders
+                ).status == 200)
             _ = try await s.app.jobs.runAll()
             clock.advance(by: 181 * 86_400)
             _ = try await s.app.jobs.runAll()
-            let tables = try await s.app.pool.query("""
+            let tables = try await s.app.pool.query(
+                """
                 SELECT table_name, column_name FROM information_schema.columns
                 WHERE table_schema = 'public' AND data_type IN ('text', 'character varying', 'ARRAY', 'bytea')
                 """)
@@ -136,13 +163,17 @@ struct DeletionTests {
             for row in tables {
                 let table: String = try row.require("table_name")
                 let column: String = try row.require("column_name")
-                let hits = try await s.app.pool.query(PostgresQuery(unsafeSQL:
-                    "SELECT count(*) AS n FROM \"\(table)\" WHERE position($1 in \"\(column)\"::text) > 0", binds: [i.fid]))
+                let hits = try await s.app.pool.query(
+                    PostgresQuery(
+                        unsafeSQL:
+                            "SELECT count(*) AS n FROM \"\(table)\" WHERE position($1 in \"\(column)\"::text) > 0",
+                        binds: [i.fid]))
                 if try hits.first?.require("n", as: Int.self) ?? 0 > 0 { holders.append("\(table).\(column)") }
             }
             #expect(holders == [], "the FID survives in \(holders)")
             // The service that never acknowledged is counted as overdue and reported by id and keyed hash only.
-            let overdue = try await s.request("GET", "/v1/projects/\(s.project.id)/deletions?state=overdue", headers: s.serverHeaders)
+            let overdue = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/deletions?state=overdue", headers: s.serverHeaders)
             let entry = try #require(overdue.json?["deletions"]?.arrayValue?.first)
             #expect(entry["fid"] == .null)
             #expect(entry["fidHash"]?.stringValue?.count == 64)
@@ -150,7 +181,9 @@ struct DeletionTests {
             #expect(!overdue.text.contains(i.fid))
             #expect(try await s.request("GET", "/metrics").text.contains("registry_deletions{state=\"overdue\"} 1"))
             // The receipt can still be asked for by FID: the hash finds it, without storing the FID.
-            #expect(try await s.request("GET", "/v1/projects/\(s.project.id)/deletions/\(i.fid)", headers: s.serverHeaders).json?["state"]?.stringValue == "overdue")
+            #expect(
+                try await s.request("GET", "/v1/projects/\(s.project.id)/deletions/\(i.fid)", headers: s.serverHeaders)
+                    .json?["state"]?.stringValue == "overdue")
             // And the FID is still never handed out again.
             #expect(try await s.createInstallation(fid: i.fid).fid != i.fid)
         }
@@ -167,7 +200,10 @@ struct DeletionTests {
             #expect(try await s.app.jobs.expireIdle() == 1)
             #expect(try await s.app.installations.find(project: s.project, fid: idle.fid) == nil)
             #expect(try await s.app.installations.find(project: s.project, fid: active.fid) != nil)
-            #expect(try await s.request("GET", "/v1/projects/\(s.project.id)/deletions/\(idle.fid)", headers: s.serverHeaders)
+            #expect(
+                try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/deletions/\(idle.fid)", headers: s.serverHeaders
+                )
                 .json?["reason"]?.stringValue == "inactivity")
         }
     }
@@ -178,10 +214,15 @@ struct DeletionTests {
             try await link(s, receiver)
             for _ in 0..<30 {
                 let i = try await s.createInstallation()
-                _ = try await s.request("DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+                _ = try await s.request(
+                    "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
             }
             var replicas: [Application] = []
-            for _ in 0..<3 { replicas.append(try await Application.build(configuration: s.app.configuration, conninfo: s.conninfo, logger: Logger(level: .error))) }
+            for _ in 0..<3 {
+                replicas.append(
+                    try await Application.build(
+                        configuration: s.app.configuration, conninfo: s.conninfo, logger: Logger(level: .error)))
+            }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for replica in replicas {
                     group.addTask { for _ in 0..<5 { _ = try await replica.jobs.deliverDue(batch: 4) } }
@@ -191,7 +232,8 @@ struct DeletionTests {
             let ids = receiver.notices.compactMap { $0.body["deliveryId"]?.stringValue }
             #expect(ids.count == 30)
             #expect(Set(ids).count == 30)
-            let done = try await s.request("GET", "/v1/projects/\(s.project.id)/deletions?state=done&pageSize=1000", headers: s.serverHeaders)
+            let done = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/deletions?state=done&pageSize=1000", headers: s.serverHeaders)
             #expect(done.json?["deletions"]?.arrayValue?.count == 30)
         }
         await receiver.server.shutdown(drainTimeout: 1)
@@ -201,14 +243,21 @@ struct DeletionTests {
         try await TestService.with { s in
             let i = try await s.createInstallation()
             let auth = ["x-goog-firebase-installations-auth": i.authToken]
-            _ = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
-                                   json: ["token": "life-1", "platform": "android"])
-            _ = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: auth, json: ["autoInitEnabled": false])
-            _ = try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)", headers: s.serverHeaders)
+            _ = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
+                json: ["token": "life-1", "platform": "android"])
+            _ = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: auth,
+                json: ["autoInitEnabled": false])
+            _ = try await s.request(
+                "DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)", headers: s.serverHeaders)
             // A long poll started before the relay runs waits, then returns what the relay moved. The relay moves only
             // events of transactions older than every running one (cluster-wide), so it may take a few rounds while the
             // rest of the suite writes; a client then reads on from the cursor it got.
-            let poll = Task { try await s.request("GET", "/v1/projects/\(s.project.id)/events?waitSeconds=10", headers: s.serverHeaders) }
+            let poll = Task {
+                try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/events?waitSeconds=10", headers: s.serverHeaders)
+            }
             try await Task.sleep(for: .milliseconds(300))
             var moved = 0
             for _ in 0..<100 where moved < 5 {
@@ -218,19 +267,28 @@ struct DeletionTests {
             var reply = try await poll.value
             var events = try #require(reply.json?["events"]?.arrayValue)
             while events.count < 5, let cursor = reply.json?["nextCursor"]?.stringValue {
-                reply = try await s.request("GET", "/v1/projects/\(s.project.id)/events?after=\(cursor)&waitSeconds=2", headers: s.serverHeaders)
+                reply = try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/events?after=\(cursor)&waitSeconds=2", headers: s.serverHeaders
+                )
                 let more = reply.json?["events"]?.arrayValue ?? []
                 if more.isEmpty { break }
                 events += more
             }
-            #expect(events.map { $0["type"]?.stringValue } == ["installation.created", "registration.created", "consent.changed",
-                                                              "registration.disabled", "installation.deleted"])
+            #expect(
+                events.map { $0["type"]?.stringValue } == [
+                    "installation.created", "registration.created", "consent.changed",
+                    "registration.disabled", "installation.deleted",
+                ])
             let cursors = events.compactMap { $0["cursor"]?.stringValue.flatMap { Int64($0) } }
             #expect(cursors == cursors.sorted())
             let next = try #require(reply.json?["nextCursor"]?.stringValue)
-            let empty = try await s.request("GET", "/v1/projects/\(s.project.id)/events?after=\(next)&waitSeconds=0", headers: s.serverHeaders)
+            let empty = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/events?after=\(next)&waitSeconds=0", headers: s.serverHeaders)
             #expect(empty.json?["events"]?.arrayValue?.isEmpty == true)
-            #expect(try await s.request("GET", "/v1/projects/\(s.project.id)/events?waitSeconds=31", headers: s.serverHeaders).status == 400)
+            #expect(
+                try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/events?waitSeconds=31", headers: s.serverHeaders
+                ).status == 400)
             #expect(try await s.request("GET", "/v1/projects/\(s.project.id)/events").status == 401)
         }
     }
@@ -238,12 +296,22 @@ struct DeletionTests {
     @Test func linkedServiceValidation() async throws {
         try await TestService.with { s in
             let path = "/v1/projects/\(s.project.id)/linkedServices"
-            for body: JSONValue in [["name": "Bad Name", "endpoint": "http://x"], ["name": "ok", "endpoint": "ftp://x"], ["name": "ok"],
-                                    ["name": "ok", "endpoint": "not a url"]] {
-                #expect(try await s.request("POST", path, headers: s.serverHeaders, json: body).status == 400, "\(body.text)")
+            for body: JSONValue in [
+                ["name": "Bad Name", "endpoint": "http://x"], ["name": "ok", "endpoint": "ftp://x"], ["name": "ok"],
+                ["name": "ok", "endpoint": "not a url"],
+            ] {
+                #expect(
+                    try await s.request("POST", path, headers: s.serverHeaders, json: body).status == 400,
+                    "\(body.text)")
             }
-            #expect(try await s.request("POST", path, headers: s.serverHeaders, json: ["name": "a", "endpoint": "https://example.test/x"]).status == 200)
-            #expect(try await s.request("POST", path, headers: s.serverHeaders, json: ["name": "a", "endpoint": "https://example.test/x"]).status == 409)
+            #expect(
+                try await s.request(
+                    "POST", path, headers: s.serverHeaders, json: ["name": "a", "endpoint": "https://example.test/x"]
+                ).status == 200)
+            #expect(
+                try await s.request(
+                    "POST", path, headers: s.serverHeaders, json: ["name": "a", "endpoint": "https://example.test/x"]
+                ).status == 409)
             let listed = try await s.request("GET", path, headers: s.serverHeaders)
             #expect(listed.json?["linkedServices"]?.arrayValue?.first?["secret"] == nil)
             #expect(try await s.request("GET", path + "/a", headers: s.serverHeaders).status == 200)

@@ -28,10 +28,13 @@ struct InstallationsTests {
 
     @Test func jsShapedCreateKeepsAValidFID() async throws {
         try await TestService.with { s in
-            let reply = try await s.request("POST", "/v1/projects/\(s.project.id)/installations",
-                                            headers: ["x-goog-api-key": s.web.apiKey, "Accept": "application/json"],
-                                            json: ["fid": .string(Self.validFID22), "authVersion": "FIS_v2", "appId": .string(s.web.id),
-                                                   "sdkVersion": "w:0.6.24"])
+            let reply = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations",
+                headers: ["x-goog-api-key": s.web.apiKey, "Accept": "application/json"],
+                json: [
+                    "fid": .string(Self.validFID22), "authVersion": "FIS_v2", "appId": .string(s.web.id),
+                    "sdkVersion": "w:0.6.24",
+                ])
             let created = try checkCreated(reply, service: s)
             #expect(created.fid == Self.validFID22)
         }
@@ -39,21 +42,26 @@ struct InstallationsTests {
 
     @Test func iosShapedCreateWithTrailingSlashAndProjectNumber() async throws {
         try await TestService.with { s in
-            let reply = try await s.request("POST", "/v1/projects/\(s.project.number)/installations/",
-                                            headers: ["X-Goog-Api-Key": s.ios.apiKey, "X-Ios-Bundle-Identifier": "com.example.app"],
-                                            json: ["appId": .string(s.ios.id), "fid": .string(Self.validFID11), "authVersion": "FIS_v2",
-                                                   "sdkVersion": "i:12.19.0"])
+            let reply = try await s.request(
+                "POST", "/v1/projects/\(s.project.number)/installations/",
+                headers: ["X-Goog-Api-Key": s.ios.apiKey, "X-Ios-Bundle-Identifier": "com.example.app"],
+                json: [
+                    "appId": .string(s.ios.id), "fid": .string(Self.validFID11), "authVersion": "FIS_v2",
+                    "sdkVersion": "i:12.19.0",
+                ])
             let created = try checkCreated(reply, service: s)
             #expect(created.fid == Self.validFID11)
             // iOS generate: body without appId, trailing slash on delete with a {} body.
-            let generated = try await s.request("POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
-                                                headers: ["Authorization": "FIS_v2 \(created.refresh)", "X-Goog-Api-Key": s.ios.apiKey],
-                                                json: ["installation": ["sdkVersion": "i:12.19.0"]])
+            let generated = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
+                headers: ["Authorization": "FIS_v2 \(created.refresh)", "X-Goog-Api-Key": s.ios.apiKey],
+                json: ["installation": ["sdkVersion": "i:12.19.0"]])
             #expect(generated.status == 200)
             #expect(generated.json?["expiresIn"]?.stringValue == "604800s")
-            let deleted = try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(created.fid)/",
-                                              headers: ["Authorization": "FIS_v2 \(created.refresh)", "X-Goog-Api-Key": s.ios.apiKey],
-                                              json: [:])
+            let deleted = try await s.request(
+                "DELETE", "/v1/projects/\(s.project.id)/installations/\(created.fid)/",
+                headers: ["Authorization": "FIS_v2 \(created.refresh)", "X-Goog-Api-Key": s.ios.apiKey],
+                json: [:])
             #expect(deleted.status == 200)
             #expect(deleted.text == "{}")
         }
@@ -61,31 +69,45 @@ struct InstallationsTests {
 
     @Test func androidShapedCreateIsGzipped() async throws {
         try await TestService.with { s in
-            let body: JSONValue = ["fid": "cXyZ0123456789abcdefgh", "appId": .string(s.android.id), "authVersion": "FIS_v2", "sdkVersion": "a:19.1.3"]
-            let reply = try await s.request("POST", "/v1/projects/\(s.project.id)/installations",
-                                            headers: ["x-goog-api-key": s.android.apiKey, "Content-Type": "application/json",
-                                                      "Content-Encoding": "gzip", "Cache-Control": "no-cache",
-                                                      "X-Android-Package": "com.example.app", "X-Android-Cert": "AB12CD"],
-                                            body: Gzip.compress(body.encoded()))
+            let body: JSONValue = [
+                "fid": "cXyZ0123456789abcdefgh", "appId": .string(s.android.id), "authVersion": "FIS_v2",
+                "sdkVersion": "a:19.1.3",
+            ]
+            let reply = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations",
+                headers: [
+                    "x-goog-api-key": s.android.apiKey, "Content-Type": "application/json",
+                    "Content-Encoding": "gzip", "Cache-Control": "no-cache",
+                    "X-Android-Package": "com.example.app", "X-Android-Cert": "AB12CD",
+                ],
+                body: Gzip.compress(body.encoded()))
             let created = try checkCreated(reply, service: s)
             #expect(created.fid == "cXyZ0123456789abcdefgh")
-            let generated = try await s.request("POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
-                                                headers: ["Authorization": "FIS_v2 \(created.refresh)", "x-goog-api-key": s.android.apiKey,
-                                                          "Content-Encoding": "gzip"],
-                                                body: Gzip.compress(Array(#"{"installation":{"sdkVersion":"a:19.1.3"}}"#.utf8)))
+            let generated = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
+                headers: [
+                    "Authorization": "FIS_v2 \(created.refresh)", "x-goog-api-key": s.android.apiKey,
+                    "Content-Encoding": "gzip",
+                ],
+                body: Gzip.compress(Array(#"{"installation":{"sdkVersion":"a:19.1.3"}}"#.utf8)))
             #expect(generated.status == 200, "\(generated)")
         }
     }
 
-    static let unacceptableFIDs: [String] = ["", "d+HpS5GGsk4TIJxfsyPF3wA=", "aIsVQ2QVRT-TsRovAPrE3U", "short", "dIsVQ2QVRT-TsRovAPrE3U-toolong", "ë"]
+    static let unacceptableFIDs: [String] = [
+        "", "d+HpS5GGsk4TIJxfsyPF3wA=", "aIsVQ2QVRT-TsRovAPrE3U", "short", "dIsVQ2QVRT-TsRovAPrE3U-toolong", "ë",
+    ]
 
     @Test(arguments: unacceptableFIDs)
     func unacceptableFIDsAreReplaced(_ sent: String) async throws {
         try await TestService.with { s in
             // firebase-messaging sends JSON as text/plain with a padded standard-base64 FID.
-            let reply = try await s.request("POST", "/v1/projects/\(s.project.id)/installations",
-                                            headers: ["x-goog-api-key": s.web.apiKey, "Content-Type": "text/plain; charset=utf-8"],
-                                            json: ["appId": .string(s.web.id), "authVersion": "FIS_v2", "fid": .string(sent), "sdkVersion": "w:0.6.6"])
+            let reply = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations",
+                headers: ["x-goog-api-key": s.web.apiKey, "Content-Type": "text/plain; charset=utf-8"],
+                json: [
+                    "appId": .string(s.web.id), "authVersion": "FIS_v2", "fid": .string(sent), "sdkVersion": "w:0.6.6",
+                ])
             let created = try checkCreated(reply, service: s)
             #expect(created.fid != sent)
             #expect(created.fid.range(of: "^[cdef][A-Za-z0-9_-]{21}$", options: .regularExpression) != nil)
@@ -95,7 +117,9 @@ struct InstallationsTests {
     @Test func missingOrNullFIDIsGenerated() async throws {
         try await TestService.with { s in
             for body: JSONValue in [["appId": .string(s.web.id)], ["appId": .string(s.web.id), "fid": nil]] {
-                let reply = try await s.request("POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.web.apiKey], json: body)
+                let reply = try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.web.apiKey],
+                    json: body)
                 _ = try checkCreated(reply, service: s)
             }
         }
@@ -107,8 +131,9 @@ struct InstallationsTests {
             #expect(first.fid == Self.validFID22)
             let second = try await s.createInstallation(fid: Self.validFID22)
             #expect(second.fid != Self.validFID22)
-            let deleted = try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(first.fid)",
-                                              headers: ["Authorization": "FIS_v2 \(first.refreshToken)"])
+            let deleted = try await s.request(
+                "DELETE", "/v1/projects/\(s.project.id)/installations/\(first.fid)",
+                headers: ["Authorization": "FIS_v2 \(first.refreshToken)"])
             #expect(deleted.status == 200)
             let third = try await s.createInstallation(fid: Self.validFID22)
             #expect(third.fid != Self.validFID22)
@@ -142,16 +167,19 @@ struct InstallationsTests {
         try await TestService.with { s in
             let created = try await s.createInstallation()
             let path = "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate"
-            let wrong = try await s.request("POST", path, headers: ["Authorization": "FIS_v2 3_wrong", "x-goog-api-key": s.web.apiKey])
+            let wrong = try await s.request(
+                "POST", path, headers: ["Authorization": "FIS_v2 3_wrong", "x-goog-api-key": s.web.apiKey])
             #expect(wrong.status == 401)
             #expect(wrong.errorCode == 401)
             let missing = try await s.request("POST", path)
             #expect(missing.status == 401)
-            let unknown = try await s.request("POST", "/v1/projects/\(s.project.id)/installations/fAAAAAAAAAAAAAAAAAAAAA/authTokens:generate",
-                                              headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
+            let unknown = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/fAAAAAAAAAAAAAAAAAAAAA/authTokens:generate",
+                headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
             #expect(unknown.status == 404)
             #expect(unknown.errorCode == 404)
-            let notJSON = try await s.request("POST", path, headers: ["Authorization": "FIS_v2 \(created.refreshToken)"], body: Array("{".utf8))
+            let notJSON = try await s.request(
+                "POST", path, headers: ["Authorization": "FIS_v2 \(created.refreshToken)"], body: Array("{".utf8))
             #expect(notJSON.status == 400)
         }
     }
@@ -160,20 +188,29 @@ struct InstallationsTests {
         try await TestService.with { s in
             let created = try await s.createInstallation()
             let consentPath = "/v1/projects/\(s.project.id)/installations/\(created.fid)/consent"
-            #expect(try await s.request("GET", consentPath, headers: ["x-goog-firebase-installations-auth": created.authToken]).status == 200)
-            let wrong = try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(created.fid)", headers: ["Authorization": "FIS_v2 3_x"])
+            #expect(
+                try await s.request(
+                    "GET", consentPath, headers: ["x-goog-firebase-installations-auth": created.authToken]
+                ).status == 200)
+            let wrong = try await s.request(
+                "DELETE", "/v1/projects/\(s.project.id)/installations/\(created.fid)",
+                headers: ["Authorization": "FIS_v2 3_x"])
             #expect(wrong.status == 401)
-            let deleted = try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(created.fid)",
-                                              headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
+            let deleted = try await s.request(
+                "DELETE", "/v1/projects/\(s.project.id)/installations/\(created.fid)",
+                headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
             #expect(deleted.status == 200)
             #expect(deleted.json == .object([]))
-            let after = try await s.request("GET", consentPath, headers: ["x-goog-firebase-installations-auth": created.authToken])
+            let after = try await s.request(
+                "GET", consentPath, headers: ["x-goog-firebase-installations-auth": created.authToken])
             #expect(after.status == 401)
-            let again = try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(created.fid)",
-                                            headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
+            let again = try await s.request(
+                "DELETE", "/v1/projects/\(s.project.id)/installations/\(created.fid)",
+                headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
             #expect(again.status == 404)
-            let refresh = try await s.request("POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
-                                              headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
+            let refresh = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
+                headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
             #expect(refresh.status == 404)
         }
     }
@@ -185,10 +222,17 @@ struct InstallationsTests {
             #expect(try await s.request("DELETE", admin).status == 401)
             #expect(try await s.request("DELETE", admin, headers: s.serverHeaders).status == 200)
             #expect(try await s.request("DELETE", admin, headers: s.serverHeaders).status == 409)
-            #expect(try await s.request("DELETE", "/v1/project/\(s.project.id)/instanceId/fAAAAAAAAAAAAAAAAAAAAA", headers: s.serverHeaders).status == 404)
-            #expect(try await s.request("DELETE", "/v1/project/\(s.project.id)/instanceId/not-a-fid", headers: s.serverHeaders).status == 400)
+            #expect(
+                try await s.request(
+                    "DELETE", "/v1/project/\(s.project.id)/instanceId/fAAAAAAAAAAAAAAAAAAAAA", headers: s.serverHeaders
+                ).status == 404)
+            #expect(
+                try await s.request(
+                    "DELETE", "/v1/project/\(s.project.id)/instanceId/not-a-fid", headers: s.serverHeaders
+                ).status == 400)
             let other = try await s.createInstallation()
-            let viaFIS = try await s.request("DELETE", "/v1/projects/\(s.project.id)/installations/\(other.fid)", headers: s.serverHeaders)
+            let viaFIS = try await s.request(
+                "DELETE", "/v1/projects/\(s.project.id)/installations/\(other.fid)", headers: s.serverHeaders)
             #expect(viaFIS.status == 200)
         }
     }
@@ -199,30 +243,44 @@ struct InstallationsTests {
             let path = "/v1/projects/\(s.project.id)/installations"
             let body: JSONValue = ["appId": .string(s.web.id), "authVersion": "FIS_v2"]
             #expect(try await s.request("POST", path, json: body).status == 403)
-            let bogus = try await s.request("POST", path, headers: ["x-goog-api-key": "AIzaNotARealKeyButTheRightLength123456"], json: body)
+            let bogus = try await s.request(
+                "POST", path, headers: ["x-goog-api-key": "AIzaNotARealKeyButTheRightLength123456"], json: body)
             #expect(bogus.status == 400)
             #expect(bogus.errorCode == 400)
-            #expect(try await s.request("POST", path, headers: ["x-goog-api-key": other.app.apiKey], json: body).status == 403)
-            let foreignApp = try await s.request("POST", path, headers: ["x-goog-api-key": s.web.apiKey], json: ["appId": .string(other.app.id)])
+            #expect(
+                try await s.request("POST", path, headers: ["x-goog-api-key": other.app.apiKey], json: body).status
+                    == 403)
+            let foreignApp = try await s.request(
+                "POST", path, headers: ["x-goog-api-key": s.web.apiKey], json: ["appId": .string(other.app.id)])
             #expect(foreignApp.status == 403)
-            #expect(try await s.request("POST", path, headers: ["x-goog-api-key": s.web.apiKey], json: ["appId": "nope"]).status == 400)
+            #expect(
+                try await s.request("POST", path, headers: ["x-goog-api-key": s.web.apiKey], json: ["appId": "nope"])
+                    .status == 400)
             #expect(try await s.request("POST", path + "?key=\(s.web.apiKey)", json: body).status == 200)
-            #expect(try await s.request("POST", "/v1/projects/no-such-project/installations", headers: ["x-goog-api-key": s.web.apiKey], json: body).status == 404)
+            #expect(
+                try await s.request(
+                    "POST", "/v1/projects/no-such-project/installations", headers: ["x-goog-api-key": s.web.apiKey],
+                    json: body
+                ).status == 404)
         }
     }
 
     static let badBodies: [(String, String)] = [
-        ("[]", "body"), ("\"x\"", "body"), ("{\"appId\":5}", "appId"), ("{\"appId\":\"1:1:web:a\",\"sdkVersion\":7}", "sdkVersion"),
-        ("{\"appId\":\"1:1:web:a\",\"authVersion\":\"FIS_v1\"}", "authVersion"), ("{}", "appId"), ("{\"appId\":\"\"}", "appId"),
-        ("{\"appId\":\"1:1:web:a\",\"sdkVersion\":\"\(String(repeating: "v", count: 100))\"}", "sdkVersion"), ("{\"a\":1,\"a\":2}", "duplicate"),
+        ("[]", "body"), ("\"x\"", "body"), ("{\"appId\":5}", "appId"),
+        ("{\"appId\":\"1:1:web:a\",\"sdkVersion\":7}", "sdkVersion"),
+        ("{\"appId\":\"1:1:web:a\",\"authVersion\":\"FIS_v1\"}", "authVersion"), ("{}", "appId"),
+        ("{\"appId\":\"\"}", "appId"),
+        ("{\"appId\":\"1:1:web:a\",\"sdkVersion\":\"\(String(repeating: "v", count: 100))\"}", "sdkVersion"),
+        ("{\"a\":1,\"a\":2}", "duplicate"),
         ("{\"appId\":\"1:1:web:a\",\"sdkVersion\":\"a\\u0000b\"}", "sdkVersion"), ("", "body"),
     ]
 
     @Test(arguments: badBodies)
     func malformedBodiesGet400NamingTheField(_ bad: (String, String)) async throws {
         try await TestService.with { s in
-            let reply = try await s.request("POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.web.apiKey],
-                                            body: Array(bad.0.utf8))
+            let reply = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.web.apiKey],
+                body: Array(bad.0.utf8))
             #expect(reply.status == 400, "\(bad.0) → \(reply)")
             #expect(reply.errorCode == 400)
             #expect(reply.json?["error"]?["message"]?.stringValue?.contains(bad.1) == true, "\(reply)")
@@ -233,8 +291,9 @@ struct InstallationsTests {
         try await TestService.with(configure: { $0.createRatePerAddress = 1 }) { s in
             var statuses: [Int] = []
             for _ in 0..<4 {
-                let r = try await s.request("POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.web.apiKey],
-                                            json: ["appId": .string(s.web.id)])
+                let r = try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.web.apiKey],
+                    json: ["appId": .string(s.web.id)])
                 statuses.append(r.status)
                 if r.status == 429 {
                     #expect(r.header("retry-after").flatMap(Int.init) ?? 0 >= 1)
@@ -253,9 +312,12 @@ struct InstallationsTests {
             let newKid = try await s.app.tokens.rotate()
             #expect(newKid != oldKid)
             let consent = "/v1/projects/\(s.project.id)/installations/\(created.fid)/consent"
-            #expect(try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": created.authToken]).status == 200)
-            let fresh = try await s.request("POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
-                                            headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
+            #expect(
+                try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": created.authToken])
+                    .status == 200)
+            let fresh = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
+                headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
             let token = try #require(fresh.json?["token"]?.stringValue)
             #expect(try JSONParser.parse(try #require(JWS.parse(token)).header)["kid"]?.stringValue == newKid)
             let jwks = try #require(try await s.request("GET", "/.well-known/jwks.json").json)
@@ -268,8 +330,9 @@ struct InstallationsTests {
             let created = try await s.createInstallation()
             let before = try await s.app.installations.find(project: s.project, fid: created.fid)
             for _ in 0..<3 {
-                _ = try await s.request("POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
-                                       headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
+                _ = try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
+                    headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
             }
             let after = try await s.app.installations.find(project: s.project, fid: created.fid)
             #expect(before?.lastSeenAt == after?.lastSeenAt)
@@ -281,8 +344,9 @@ struct InstallationsTests {
         try await TestService.with(clock: clock) { s in
             let created = try await s.createInstallation()
             clock.advance(by: 2 * 3600)
-            _ = try await s.request("POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
-                                   headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
+            _ = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
+                headers: ["Authorization": "FIS_v2 \(created.refreshToken)"])
             let after = try #require(try await s.app.installations.find(project: s.project, fid: created.fid))
             #expect(abs(after.lastSeenAt.timeIntervalSince(clock.now())) < 1)
         }

@@ -30,7 +30,8 @@ struct OpenAPIContractTests {
         try await TestService.with { s in
             let served = try await s.request("GET", "/openapi.yaml")
             #expect(served.status == 200)
-            let file = try String(contentsOf: ServiceProcess.repositoryRoot.appendingPathComponent("openapi.yaml"), encoding: .utf8)
+            let file = try String(
+                contentsOf: ServiceProcess.repositoryRoot.appendingPathComponent("openapi.yaml"), encoding: .utf8)
             #expect(served.text == file, "GET /openapi.yaml must serve the repository's openapi.yaml")
             let documented = Self.documentedOperations(file)
             let routes = Set(s.app.routeTable.map { "\($0.method) \($0.template)" })

@@ -12,8 +12,14 @@ struct OpsTests {
             _ = try await s.createInstallation()
             let metrics = try await s.request("GET", "/metrics")
             #expect(metrics.status == 200)
-            #expect(metrics.text.contains("http_requests_total{method=\"POST\",route=\"/v1/projects/{project}/installations\",status=\"200\"} 1"))
-            #expect(metrics.text.contains("http_request_duration_seconds_bucket{route=\"/v1/projects/{project}/installations\",le=\"+Inf\"} 1"))
+            #expect(
+                metrics.text.contains(
+                    "http_requests_total{method=\"POST\",route=\"/v1/projects/{project}/installations\",status=\"200\"} 1"
+                ))
+            #expect(
+                metrics.text.contains(
+                    "http_request_duration_seconds_bucket{route=\"/v1/projects/{project}/installations\",le=\"+Inf\"} 1"
+                ))
             #expect(metrics.text.contains("http_open_connections"))
             #expect(metrics.text.contains("db_pool_connections{state=\"idle\"}"))
         }
@@ -34,8 +40,11 @@ struct OpsTests {
 
     @Test func requestIDsAreEchoedOrMinted() async throws {
         try await TestService.with { s in
-            #expect(try await s.request("GET", "/healthz", headers: ["X-Request-Id": "abc-123"]).header("x-request-id") == "abc-123")
-            let minted = try await s.request("GET", "/healthz", headers: ["X-Request-Id": "bad id with spaces"]).header("x-request-id")
+            #expect(
+                try await s.request("GET", "/healthz", headers: ["X-Request-Id": "abc-123"]).header("x-request-id")
+                    == "abc-123")
+            let minted = try await s.request("GET", "/healthz", headers: ["X-Request-Id": "bad id with spaces"]).header(
+                "x-request-id")
             #expect(minted != nil && minted != "bad id with spaces")
         }
     }

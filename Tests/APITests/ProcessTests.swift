@@ -13,15 +13,22 @@ struct ProcessTests {
         let env = ["DATABASE_URL": url, "LOG_LEVEL": "info", "DRAIN_TIMEOUT_SECONDS": "10"]
         let service = try ServiceProcess(environment: env)
         try await service.waitForReadiness()
-        let project = try JSONParser.parse(try await ServiceProcess.command(["project", "create", "--id", "drain-test", "--number", "777"], environment: env))
+        let project = try JSONParser.parse(
+            try await ServiceProcess.command(
+                ["project", "create", "--id", "drain-test", "--number", "777"], environment: env))
         #expect(project["serverKey"]?.stringValue?.hasPrefix("trs_") == true)
-        let app = try JSONParser.parse(try await ServiceProcess.command(["app", "create", "--project", "777", "--platform", "web"], environment: env))
+        let app = try JSONParser.parse(
+            try await ServiceProcess.command(
+                ["app", "create", "--project", "777", "--platform", "web"], environment: env))
         let appID = try #require(app["appId"]?.stringValue)
         let apiKey = try #require(app["apiKey"]?.stringValue)
         let body = Array(#"{"appId":"\#(appID)","authVersion":"FIS_v2"}"#.utf8)
         let client = try RawHTTPClient(port: service.port)
-        try await client.send(Array("POST /v1/projects/drain-test/installations HTTP/1.1\r\nHost: x\r\nx-goog-api-key: \(apiKey)\r\nContent-Length: \(body.count)\r\n\r\n".utf8)
-            + body.prefix(10))
+        try await client.send(
+            Array(
+                "POST /v1/projects/drain-test/installations HTTP/1.1\r\nHost: x\r\nx-goog-api-key: \(apiKey)\r\nContent-Length: \(body.count)\r\n\r\n"
+                    .utf8)
+                + body.prefix(10))
         try await Task.sleep(for: .milliseconds(200))
         service.signal(SIGTERM)
         try await Task.sleep(for: .milliseconds(500))
@@ -41,7 +48,7 @@ struct ProcessTests {
         let env = ["PG_ROOT": root, "PG_PORT": String(port)]
         try await shell("scripts/pg-test-cluster.sh start", environment: env)
         let service = try ServiceProcess(environment: [
-            "DATABASE_URL": "host=\(root) port=\(port) dbname=postgres user=postgres connect_timeout=2",
+            "DATABASE_URL": "host=\(root) port=\(port) dbname=postgres user=postgres connect_timeout=2"
         ])
         do {
             try await service.waitForReadiness(200)
@@ -62,9 +69,12 @@ struct ProcessTests {
     @Test func jobsRunOnceAtAGivenTime() async throws {
         let url = try await TestDatabase.create()
         defer { Task { await TestDatabase.drop(url) } }
-        let output = try await ServiceProcess.command(["jobs", "run", "--now", "2030-01-01T00:00:00Z"], environment: ["DATABASE_URL": url])
+        let output = try await ServiceProcess.command(
+            ["jobs", "run", "--now", "2030-01-01T00:00:00Z"], environment: ["DATABASE_URL": url])
         let done = try JSONParser.parse(output)
-        #expect(done["deliver"] != nil && done["purge"] != nil && done["expire"] != nil && done["relay"] != nil, "\(output)")
+        #expect(
+            done["deliver"] != nil && done["purge"] != nil && done["expire"] != nil && done["relay"] != nil, "\(output)"
+        )
         await #expect(throws: (any Error).self) {
             try await ServiceProcess.command(["jobs", "run", "--now", "tomorrow"], environment: ["DATABASE_URL": url])
         }

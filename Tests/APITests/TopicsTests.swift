@@ -8,13 +8,15 @@ import TokenRegistryTesting
 @Suite("Topics and targeting", .enabled(if: TestDatabase.isAvailable))
 struct TopicsTests {
     /// Creates `count` installations with registrations through the refresh callback; returns (fid, token) pairs.
-    func registered(_ s: TestService, count: Int, prefix: String = "tok") async throws -> [(fid: String, token: String)] {
+    func registered(_ s: TestService, count: Int, prefix: String = "tok") async throws -> [(fid: String, token: String)]
+    {
         var out: [(String, String)] = []
         for n in 0..<count {
             let i = try await s.createInstallation()
             let token = "\(prefix)-\(n)-\(i.fid)"
-            let r = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
-                                        json: ["token": .string(token), "platform": "android"])
+            let r = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
+                json: ["token": .string(token), "platform": "android"])
             #expect(r.status == 200)
             out.append((i.fid, token))
         }
@@ -24,20 +26,32 @@ struct TopicsTests {
     @Test func fcmV1TopicSubscriptions() async throws {
         try await TestService.with { s in
             let (fid, token) = try await registered(s, count: 1)[0]
-            let base = "/v1/projects/\(s.project.id)/registrations/\(token.replacingOccurrences(of: ":", with: "%3A"))/topicSubscriptions"
+            let base =
+                "/v1/projects/\(s.project.id)/registrations/\(token.replacingOccurrences(of: ":", with: "%3A"))/topicSubscriptions"
             let created = try await s.request("POST", base + "?topic_name=news", headers: s.serverHeaders, json: [:])
             #expect(created.status == 200, "\(created)")
             #expect(created.json?["topic_name"]?.stringValue == "news")
             #expect(created.json?["createTime"]?.stringValue?.hasSuffix("Z") == true)
-            #expect(try await s.request("POST", base + "?topicName=news", headers: s.serverHeaders, json: [:]).status == 409)
-            #expect(try await s.request("POST", "/v1/projects/\(s.project.id)/registrations/\(fid)/topicSubscriptions?topicName=%2Ftopics%2Fweather",
-                                        headers: s.serverHeaders, json: [:]).status == 200)
-            #expect(try await s.request("GET", base + "/news", headers: s.serverHeaders).json?["topicName"]?.stringValue == "news")
+            #expect(
+                try await s.request("POST", base + "?topicName=news", headers: s.serverHeaders, json: [:]).status == 409
+            )
+            #expect(
+                try await s.request(
+                    "POST",
+                    "/v1/projects/\(s.project.id)/registrations/\(fid)/topicSubscriptions?topicName=%2Ftopics%2Fweather",
+                    headers: s.serverHeaders, json: [:]
+                ).status == 200)
+            #expect(
+                try await s.request("GET", base + "/news", headers: s.serverHeaders).json?["topicName"]?.stringValue
+                    == "news")
             #expect(try await s.request("GET", base + "/nope", headers: s.serverHeaders).status == 404)
             #expect(try await s.request("PATCH", base + "/fresh", headers: s.serverHeaders, json: [:]).status == 404)
-            #expect(try await s.request("PATCH", base + "/fresh?allowMissing=true", headers: s.serverHeaders, json: [:]).status == 200)
+            #expect(
+                try await s.request("PATCH", base + "/fresh?allowMissing=true", headers: s.serverHeaders, json: [:])
+                    .status == 200)
             let list = try await s.request("GET", base + "?pageSize=2", headers: s.serverHeaders)
-            #expect(list.json?["topicSubscriptions"]?.arrayValue?.map { $0["topicName"]?.stringValue } == ["fresh", "news"])
+            #expect(
+                list.json?["topicSubscriptions"]?.arrayValue?.map { $0["topicName"]?.stringValue } == ["fresh", "news"])
             let next = try #require(list.json?["nextPageToken"]?.stringValue)
             let rest = try await s.request("GET", base + "?pageSize=2&pageToken=\(next)", headers: s.serverHeaders)
             #expect(rest.json?["topicSubscriptions"]?.arrayValue?.map { $0["topicName"]?.stringValue } == ["weather"])
@@ -45,11 +59,20 @@ struct TopicsTests {
             #expect(try await s.request("GET", base + "?pageToken=garbage", headers: s.serverHeaders).status == 400)
             #expect(try await s.request("DELETE", base + "/news", headers: s.serverHeaders).status == 200)
             #expect(try await s.request("DELETE", base + "/news", headers: s.serverHeaders).status == 404)
-            #expect(try await s.request("DELETE", base + "/news?allow_missing=true", headers: s.serverHeaders).status == 200)
-            #expect(try await s.request("POST", base + "?topicName=bad%20topic", headers: s.serverHeaders, json: [:]).status == 400)
-            #expect(try await s.request("POST", base + "?topicName=\(String(repeating: "x", count: 901))", headers: s.serverHeaders, json: [:]).status == 400)
-            let unknown = try await s.request("POST", "/v1/projects/\(s.project.id)/registrations/unknown-token/topicSubscriptions?topicName=a",
-                                              headers: s.serverHeaders, json: [:])
+            #expect(
+                try await s.request("DELETE", base + "/news?allow_missing=true", headers: s.serverHeaders).status == 200
+            )
+            #expect(
+                try await s.request("POST", base + "?topicName=bad%20topic", headers: s.serverHeaders, json: [:]).status
+                    == 400)
+            #expect(
+                try await s.request(
+                    "POST", base + "?topicName=\(String(repeating: "x", count: 901))", headers: s.serverHeaders,
+                    json: [:]
+                ).status == 400)
+            let unknown = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/registrations/unknown-token/topicSubscriptions?topicName=a",
+                headers: s.serverHeaders, json: [:])
             #expect(unknown.status == 404)
             #expect(unknown.errorStatus == "NOT_FOUND")
         }
@@ -62,39 +85,64 @@ struct TopicsTests {
             let auth = ["x-goog-firebase-installations-auth": i.authToken, "x-goog-api-key": s.web.apiKey]
             #expect(try await s.request("POST", path + ":subscribe", headers: auth).status == 200)
             #expect(try await s.request("POST", path + ":subscribe", headers: auth).status == 200)
-            #expect(try await s.app.registrations.topics.created(projectID: s.project.id, fid: i.fid, topic: "promo") != nil)
+            #expect(
+                try await s.app.registrations.topics.created(projectID: s.project.id, fid: i.fid, topic: "promo") != nil
+            )
             #expect(try await s.request("POST", path + ":unsubscribe", headers: auth).status == 200)
-            #expect(try await s.app.registrations.topics.created(projectID: s.project.id, fid: i.fid, topic: "promo") == nil)
+            #expect(
+                try await s.app.registrations.topics.created(projectID: s.project.id, fid: i.fid, topic: "promo") == nil
+            )
             let other = try await s.createInstallation()
-            #expect(try await s.request("POST", path + ":subscribe", headers: ["x-goog-firebase-installations-auth": other.authToken]).status == 403)
+            #expect(
+                try await s.request(
+                    "POST", path + ":subscribe", headers: ["x-goog-firebase-installations-auth": other.authToken]
+                ).status == 403)
         }
     }
 
     @Test func iidBatchesAnswerInInputOrder() async throws {
         try await TestService.with { s in
             let regs = try await registered(s, count: 3)
-            let tokens: [JSONValue] = [.string(regs[0].token), "unknown-token", .string(regs[1].token), "", "bad token", .string(regs[2].token)]
-            let add = try await s.request("POST", "/iid/v1:batchAdd", headers: s.serverHeaders.merging(["access_token_auth": "true"]) { $1 },
-                                          json: ["to": "/topics/news", "registration_tokens": .array(tokens)])
+            let tokens: [JSONValue] = [
+                .string(regs[0].token), "unknown-token", .string(regs[1].token), "", "bad token",
+                .string(regs[2].token),
+            ]
+            let add = try await s.request(
+                "POST", "/iid/v1:batchAdd", headers: s.serverHeaders.merging(["access_token_auth": "true"]) { $1 },
+                json: ["to": "/topics/news", "registration_tokens": .array(tokens)])
             #expect(add.status == 200, "\(add)")
-            #expect(add.json?["results"] == [[:], ["error": "NOT_FOUND"], [:], ["error": "INVALID_ARGUMENT"], ["error": "INVALID_ARGUMENT"], [:]])
+            #expect(
+                add.json?["results"] == [
+                    [:], ["error": "NOT_FOUND"], [:], ["error": "INVALID_ARGUMENT"], ["error": "INVALID_ARGUMENT"], [:],
+                ])
             let info = try await s.request("GET", "/iid/info/\(regs[0].token)?details=true", headers: s.serverHeaders)
             #expect(info.json?["rel"]?["topics"]?["news"]?["addDate"]?.stringValue?.count == 10)
             #expect(info.json?["authorizedEntity"]?.stringValue == String(s.project.number))
-            #expect(try await s.request("GET", "/iid/info/nope", headers: s.serverHeaders).json?["error"]?.stringValue == "InvalidToken")
-            let remove = try await s.request("POST", "/iid/v1:batchRemove", headers: s.serverHeaders,
-                                             json: ["to": "news", "registration_tokens": [.string(regs[0].token), "unknown-token"]])
+            #expect(
+                try await s.request("GET", "/iid/info/nope", headers: s.serverHeaders).json?["error"]?.stringValue
+                    == "InvalidToken")
+            let remove = try await s.request(
+                "POST", "/iid/v1:batchRemove", headers: s.serverHeaders,
+                json: ["to": "news", "registration_tokens": [.string(regs[0].token), "unknown-token"]])
             #expect(remove.json?["results"] == [[:], ["error": "NOT_FOUND"]])
-            #expect(try await s.request("POST", "/iid/v1/\(regs[0].token)/rel/topics/solo", headers: s.serverHeaders).json == [:])
-            #expect(try await s.request("DELETE", "/iid/v1/\(regs[0].token)/rel/topics/solo", headers: s.serverHeaders).json == [:])
-            #expect(try await s.request("POST", "/iid/v1/unknown/rel/topics/solo", headers: s.serverHeaders).status == 404)
-            let unauthenticated = try await s.request("POST", "/iid/v1:batchAdd", json: ["to": "x", "registration_tokens": ["a"]])
+            #expect(
+                try await s.request("POST", "/iid/v1/\(regs[0].token)/rel/topics/solo", headers: s.serverHeaders).json
+                    == [:])
+            #expect(
+                try await s.request("DELETE", "/iid/v1/\(regs[0].token)/rel/topics/solo", headers: s.serverHeaders).json
+                    == [:])
+            #expect(
+                try await s.request("POST", "/iid/v1/unknown/rel/topics/solo", headers: s.serverHeaders).status == 404)
+            let unauthenticated = try await s.request(
+                "POST", "/iid/v1:batchAdd", json: ["to": "x", "registration_tokens": ["a"]])
             #expect(unauthenticated.status == 401)
             #expect(unauthenticated.json?["error"]?.stringValue == "UNAUTHENTICATED")
-            let notStrings = try await s.request("POST", "/iid/v1:batchAdd", headers: s.serverHeaders, json: ["to": "x", "registration_tokens": [42]])
+            let notStrings = try await s.request(
+                "POST", "/iid/v1:batchAdd", headers: s.serverHeaders, json: ["to": "x", "registration_tokens": [42]])
             #expect(notStrings.status == 400)
-            let tooMany = try await s.request("POST", "/iid/v1:batchAdd", headers: s.serverHeaders,
-                                              json: ["to": "x", "registration_tokens": .array((0...1000).map { .string("t\($0)") })])
+            let tooMany = try await s.request(
+                "POST", "/iid/v1:batchAdd", headers: s.serverHeaders,
+                json: ["to": "x", "registration_tokens": .array((0...1000).map { .string("t\($0)") })])
             #expect(tooMany.status == 400)
             #expect(tooMany.json?["error"]?.stringValue == "INVALID_ARGUMENT")
         }
@@ -103,9 +151,12 @@ struct TopicsTests {
     @Test func thousandTokenBatch() async throws {
         try await TestService.with { s in
             let regs = try await registered(s, count: 5)
-            let tokens: [JSONValue] = (0..<1000).map { n in n % 200 == 0 ? .string(regs[n / 200].token) : .string("missing-\(n)") }
-            let add = try await s.request("POST", "/iid/v1:batchAdd", headers: s.serverHeaders,
-                                          json: ["to": "/topics/big", "registration_tokens": .array(tokens)])
+            let tokens: [JSONValue] = (0..<1000).map { n in
+                n % 200 == 0 ? .string(regs[n / 200].token) : .string("missing-\(n)")
+            }
+            let add = try await s.request(
+                "POST", "/iid/v1:batchAdd", headers: s.serverHeaders,
+                json: ["to": "/topics/big", "registration_tokens": .array(tokens)])
             let results = try #require(add.json?["results"]?.arrayValue)
             #expect(results.count == 1000)
             #expect(results.enumerated().allSatisfy { n, r in (n % 200 == 0) == (r == [:]) })
@@ -115,18 +166,24 @@ struct TopicsTests {
     @Test func twoThousandTopicLimit() async throws {
         try await TestService.with { s in
             let (fid, token) = try await registered(s, count: 1)[0]
-            try await s.app.pool.query("""
+            try await s.app.pool.query(
+                """
                 INSERT INTO topic_subscriptions (project_id, fid, topic, created_at)
                 SELECT \(s.project.id), \(fid), 'filler-' || n, now() FROM generate_series(1, 1999) AS n
                 """)
-            #expect(try await s.request("POST", "/v1/projects/\(s.project.id)/registrations/\(fid)/topicSubscriptions?topicName=last",
-                                        headers: s.serverHeaders, json: [:]).status == 200)
-            let over = try await s.request("POST", "/v1/projects/\(s.project.id)/registrations/\(fid)/topicSubscriptions?topicName=over",
-                                           headers: s.serverHeaders, json: [:])
+            #expect(
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/registrations/\(fid)/topicSubscriptions?topicName=last",
+                    headers: s.serverHeaders, json: [:]
+                ).status == 200)
+            let over = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/registrations/\(fid)/topicSubscriptions?topicName=over",
+                headers: s.serverHeaders, json: [:])
             #expect(over.status == 400)
             #expect(over.json?["error"]?["details"]?.arrayValue?.first?["errorCode"]?.stringValue == "TOO_MANY_TOPICS")
-            let iid = try await s.request("POST", "/iid/v1:batchAdd", headers: s.serverHeaders,
-                                          json: ["to": "/topics/over", "registration_tokens": [.string(token)]])
+            let iid = try await s.request(
+                "POST", "/iid/v1:batchAdd", headers: s.serverHeaders,
+                json: ["to": "/topics/over", "registration_tokens": [.string(token)]])
             #expect(iid.json?["results"] == [["error": "TOO_MANY_TOPICS"]])
         }
     }
@@ -135,24 +192,29 @@ struct TopicsTests {
         try await TestService.with { s in
             let regs = try await registered(s, count: 4)
             let subscribe = { (index: Int, topic: String) in
-                _ = try await s.request("POST", "/v1/projects/\(s.project.id)/registrations/\(regs[index].fid)/topicSubscriptions?topicName=\(topic)",
-                                       headers: s.serverHeaders, json: [:])
+                _ = try await s.request(
+                    "POST",
+                    "/v1/projects/\(s.project.id)/registrations/\(regs[index].fid)/topicSubscriptions?topicName=\(topic)",
+                    headers: s.serverHeaders, json: [:])
             }
             try await subscribe(0, "a"); try await subscribe(0, "b")
             try await subscribe(1, "a"); try await subscribe(1, "c")
             try await subscribe(2, "a")
             try await subscribe(3, "b")
             let resolve = { (condition: String) -> Set<String> in
-                let r = try await s.request("POST", "/v1/projects/\(s.project.id)/targets:resolve", headers: s.serverHeaders,
-                                            json: ["condition": .string(condition)])
+                let r = try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/targets:resolve", headers: s.serverHeaders,
+                    json: ["condition": .string(condition)])
                 return Set(r.json?["registrations"]?.arrayValue?.compactMap { $0["fid"]?.stringValue } ?? [])
             }
-            #expect(try await resolve("'a' in topics && ('b' in topics || !('c' in topics))") == [regs[0].fid, regs[2].fid])
+            #expect(
+                try await resolve("'a' in topics && ('b' in topics || !('c' in topics))") == [regs[0].fid, regs[2].fid])
             #expect(try await resolve("'b' in topics") == [regs[0].fid, regs[3].fid])
             #expect(try await resolve("!('a' in topics)") == [regs[3].fid])
             // Withdrawn consent removes an installation from every answer.
-            _ = try await s.request("PUT", "/v1/projects/\(s.project.id)/installations/\(regs[0].fid)/consent", headers: s.serverHeaders,
-                                   json: ["autoInitEnabled": false])
+            _ = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(regs[0].fid)/consent", headers: s.serverHeaders,
+                json: ["autoInitEnabled": false])
             #expect(try await resolve("'b' in topics") == [regs[3].fid])
             // Paging walks every member once.
             var seen: [String] = []
@@ -160,7 +222,9 @@ struct TopicsTests {
             repeat {
                 var body: [(String, JSONValue)] = [("condition", "'a' in topics || 'b' in topics"), ("pageSize", 1)]
                 if let token { body.append(("pageToken", .string(token))) }
-                let page = try await s.request("POST", "/v1/projects/\(s.project.id)/targets:resolve", headers: s.serverHeaders, json: .object(body))
+                let page = try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/targets:resolve", headers: s.serverHeaders,
+                    json: .object(body))
                 seen += page.json?["registrations"]?.arrayValue?.compactMap { $0["fid"]?.stringValue } ?? []
                 token = page.json?["nextPageToken"]?.stringValue
             } while token != nil
@@ -170,16 +234,21 @@ struct TopicsTests {
     }
 
     static let badConditions: [(String, String)] = [
-        ("'a' in topics &&", "position"), ("'a' in topic", "topics"), ("('a' in topics", "')'"), ("'a in topics", "unterminated"),
-        ("'a' in topics && 'b' in topics && 'c' in topics && 'd' in topics && 'e' in topics && 'f' in topics", "at most 5"),
+        ("'a' in topics &&", "position"), ("'a' in topic", "topics"), ("('a' in topics", "')'"),
+        ("'a in topics", "unterminated"),
+        (
+            "'a' in topics && 'b' in topics && 'c' in topics && 'd' in topics && 'e' in topics && 'f' in topics",
+            "at most 5"
+        ),
         ("'bad topic' in topics", "invalid topic"), ("a in topics", "quoted"), ("'a' in topics 'b'", "unexpected"),
     ]
 
     @Test(arguments: badConditions)
     func conditionErrorsNameThePosition(_ bad: (String, String)) async throws {
         try await TestService.with { s in
-            let r = try await s.request("POST", "/v1/projects/\(s.project.id)/targets:resolve", headers: s.serverHeaders,
-                                        json: ["condition": .string(bad.0)])
+            let r = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/targets:resolve", headers: s.serverHeaders,
+                json: ["condition": .string(bad.0)])
             #expect(r.status == 400)
             let message = r.json?["error"]?["message"]?.stringValue ?? ""
             #expect(message.contains(bad.1) && message.contains("position"), "\(message)")
@@ -187,31 +256,45 @@ struct TopicsTests {
     }
 
     @Test func conditionParserUnit() throws {
-        #expect(try Condition.parse("'a' in topics && ('b' in topics || !('c' in topics))")
-            == .and(.topic("a"), .or(.topic("b"), .not(.topic("c")))))
-        #expect(try Condition.parse("\"x\" in topics || 'y' in topics && 'z' in topics") == .or(.topic("x"), .and(.topic("y"), .topic("z"))))
-        #expect(throws: ConditionError.self) { try Condition.parse(String(repeating: "!", count: 100) + "'a' in topics") }
+        #expect(
+            try Condition.parse("'a' in topics && ('b' in topics || !('c' in topics))")
+                == .and(.topic("a"), .or(.topic("b"), .not(.topic("c")))))
+        #expect(
+            try Condition.parse("\"x\" in topics || 'y' in topics && 'z' in topics")
+                == .or(.topic("x"), .and(.topic("y"), .topic("z"))))
+        #expect(throws: ConditionError.self) {
+            try Condition.parse(String(repeating: "!", count: 100) + "'a' in topics")
+        }
         #expect(throws: ConditionError.self) { try Condition.parse("") }
     }
 
     @Test func batchImportTurnsAPNsTokensIntoRegistrations() async throws {
         try await TestService.with { s in
-            let r = try await s.request("POST", "/iid/v1:batchImport", headers: s.serverHeaders,
-                                        json: ["application": "com.example.app", "sandbox": true, "apns_tokens": ["ABCDEF0123", "not-hex"]])
+            let r = try await s.request(
+                "POST", "/iid/v1:batchImport", headers: s.serverHeaders,
+                json: ["application": "com.example.app", "sandbox": true, "apns_tokens": ["ABCDEF0123", "not-hex"]])
             let results = try #require(r.json?["results"]?.arrayValue)
             #expect(results.first?["status"]?.stringValue == "OK")
             let token = try #require(results.first?["registration_token"]?.stringValue)
             #expect(results.last?["status"]?.stringValue == "INVALID_ARGUMENT")
-            let again = try await s.request("POST", "/iid/v1:batchImport", headers: s.serverHeaders,
-                                            json: ["application": "com.example.app", "apns_tokens": ["abcdef0123"]])
+            let again = try await s.request(
+                "POST", "/iid/v1:batchImport", headers: s.serverHeaders,
+                json: ["application": "com.example.app", "apns_tokens": ["abcdef0123"]])
             #expect(again.json?["results"]?.arrayValue?.first?["registration_token"]?.stringValue == token)
-            #expect(try await s.request("POST", "/iid/v1:batchImport", headers: s.serverHeaders,
-                                        json: ["application": "com.example.app", "apns_tokens": .array((0...100).map { _ in "ab" })]).status == 400)
-            #expect(try await s.request("GET", "/iid/info/\(token)", headers: s.serverHeaders).json?["platform"]?.stringValue == "IOS")
+            #expect(
+                try await s.request(
+                    "POST", "/iid/v1:batchImport", headers: s.serverHeaders,
+                    json: ["application": "com.example.app", "apns_tokens": .array((0...100).map { _ in "ab" })]
+                ).status == 400)
+            #expect(
+                try await s.request("GET", "/iid/info/\(token)", headers: s.serverHeaders).json?["platform"]?
+                    .stringValue == "IOS")
         }
     }
 }
 
 extension String {
-    func replacingOccurrences(of a: String, with b: String) -> String { components(separatedBy: a).joined(separator: b) }
+    func replacingOccurrences(of a: String, with b: String) -> String {
+        components(separatedBy: a).joined(separator: b)
+    }
 }

@@ -12,13 +12,18 @@ struct CryptoVectorTests {
     /// RFC 4231 test cases 1, 2 and 6.
     @Test func hmacRFC4231() {
         let key1 = [UInt8](repeating: 0x0b, count: 20)
-        #expect(Hex.encode(HMACSHA256.authenticate(Array("Hi There".utf8), key: key1))
-            == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
-        #expect(Hex.encode(HMACSHA256.authenticate(Array("what do ya want for nothing?".utf8), key: Array("Jefe".utf8)))
-            == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        #expect(
+            Hex.encode(HMACSHA256.authenticate(Array("Hi There".utf8), key: key1))
+                == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+        #expect(
+            Hex.encode(HMACSHA256.authenticate(Array("what do ya want for nothing?".utf8), key: Array("Jefe".utf8)))
+                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
         let key6 = [UInt8](repeating: 0xaa, count: 131)
-        #expect(Hex.encode(HMACSHA256.authenticate(Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8), key: key6))
-            == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+        #expect(
+            Hex.encode(
+                HMACSHA256.authenticate(Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8), key: key6)
+            )
+                == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
     }
 
     @Test func constantTimeCompare() {
@@ -46,7 +51,8 @@ struct CryptoVectorTests {
         let x = try #require(Base64URL.decode("f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU"))
         let y = try #require(Base64URL.decode("x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"))
         let d = try #require(Base64URL.decode("jpsQnnGQmL-YBIffH1136cspYG6-0iY7X1fCE9-E9LI"))
-        let jws = "eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ."
+        let jws =
+            "eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ."
             + "DtEhU3ljbEg8L38VWAfUAqOyKAM6-Xx-F4GawxaepmXFCgfTjDxw5djxLa8ISlSApmWQxfKTUJqPP3-Kg6NU1Q"
         let parts = try #require(JWS.parse(jws))
         let publicKey = try ES256PublicKey(x: x, y: y)
@@ -78,8 +84,12 @@ struct CryptoVectorTests {
         #expect(loaded.publicKey.thumbprint == key.publicKey.thumbprint)
         let signature = try loaded.sign(Array("m".utf8))
         #expect(key.publicKey.verify(signature: signature, for: Array("m".utf8)))
-        #expect(throws: CryptoError.self) { try ES256PrivateKey(pem: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n") }
-        #expect(throws: CryptoError.self) { try ES256PublicKey(x: [UInt8](repeating: 1, count: 32), y: [UInt8](repeating: 2, count: 32)) }
+        #expect(throws: CryptoError.self) {
+            try ES256PrivateKey(pem: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+        }
+        #expect(throws: CryptoError.self) {
+            try ES256PublicKey(x: [UInt8](repeating: 1, count: 32), y: [UInt8](repeating: 2, count: 32))
+        }
         #expect(key.publicKey.jwkJSON(kid: "k1").contains("\"crv\":\"P-256\""))
     }
 }

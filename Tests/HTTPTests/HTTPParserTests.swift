@@ -39,7 +39,8 @@ struct HTTPParserTests {
     }
 
     @Test func chunkedBody() {
-        let text = "POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: y\r\n\r\n"
+        let text =
+            "POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: y\r\n\r\n"
         guard case let .request(r) = parse(text) else { Issue.record("no request"); return }
         #expect(String(decoding: r.body, as: UTF8.self) == "hello world")
     }
@@ -64,7 +65,10 @@ struct HTTPParserTests {
         let json = Array("{\"fid\":\"x\"}".utf8)
         let zipped = Gzip.compress(json)
         var parser = HTTPParser()
-        parser.append(Array("POST / HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8) + zipped)
+        parser.append(
+            Array(
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8)
+                + zipped)
         guard case let .request(r) = parser.next() else { Issue.record("no request"); return }
         #expect(r.body == json)
     }
@@ -72,7 +76,10 @@ struct HTTPParserTests {
     @Test func gzipBombIsRefused() {
         let zipped = Gzip.compress([UInt8](repeating: 0, count: 4 * 1024 * 1024))
         var parser = HTTPParser()
-        parser.append(Array("POST / HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8) + zipped)
+        parser.append(
+            Array(
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8)
+                + zipped)
         #expect(parser.next() == .error(HTTPParseError(413, "decompressed body larger than 1048576 bytes")))
     }
 
@@ -99,17 +106,32 @@ struct HTTPParserTests {
         ("signed CL", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +3\r\n\r\nabc"),
         ("TE gzip", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"),
         ("TE identity", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n"),
-        ("TE repeated", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        (
+            "TE repeated",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        ),
         ("obs-fold", "GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  continued\r\n\r\n"),
         ("bare LF", "GET / HTTP/1.1\nHost: x\r\n\r\n"),
         ("bare LF in header", "GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n"),
         ("bare CR", "GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n"),
         ("space before colon", "GET / HTTP/1.1\r\nHost: x\r\nContent-Length : 0\r\n\r\n"),
         ("tab before colon", "GET / HTTP/1.1\r\nHost: x\r\nX\t: 0\r\n\r\n"),
-        ("invalid chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"),
-        ("negative chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nabc\r\n0\r\n\r\n"),
-        ("overflowing chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n"),
-        ("chunk without CRLF", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n"),
+        (
+            "invalid chunk size",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"
+        ),
+        (
+            "negative chunk size",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nabc\r\n0\r\n\r\n"
+        ),
+        (
+            "overflowing chunk size",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n"
+        ),
+        (
+            "chunk without CRLF",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n"
+        ),
         ("NUL in header", "GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n"),
         ("NUL in target", "GET /\0 HTTP/1.1\r\nHost: x\r\n\r\n"),
         ("no Host", "GET / HTTP/1.1\r\n\r\n"),
@@ -133,7 +155,9 @@ struct HTTPParserTests {
         limits.maxBodyBytes = 10
         #expect(status("GET /\(String(repeating: "a", count: 200)) HTTP/1.1\r\nHost: x\r\n\r\n", limits: limits) == 414)
         #expect(status("GET /\(String(repeating: "a", count: 200))", limits: limits) == 414)
-        #expect(status("GET / HTTP/1.1\r\nHost: x\r\nX: \(String(repeating: "a", count: 300))\r\n\r\n", limits: limits) == 431)
+        #expect(
+            status("GET / HTTP/1.1\r\nHost: x\r\nX: \(String(repeating: "a", count: 300))\r\n\r\n", limits: limits)
+                == 431)
         #expect(status("GET / HTTP/1.1\r\nHost: x\r\nX: \(String(repeating: "a", count: 300))", limits: limits) == 431)
         let many = (0..<6).map { "X\($0): 1\r\n" }.joined()
         #expect(status("GET / HTTP/1.1\r\nHost: x\r\n\(many)\r\n", limits: limits) == 431)
@@ -145,12 +169,14 @@ struct HTTPParserTests {
 
     @Test func randomInputNeverCrashes() {
         var generator = SystemRandomNumberGenerator()
-        let alphabet = Array("GET POST / HTTP/1.1\r\n:Host Content-Length Transfer-Encoding chunked 0123456789abcdef\0\t ;".utf8)
+        let alphabet = Array(
+            "GET POST / HTTP/1.1\r\n:Host Content-Length Transfer-Encoding chunked 0123456789abcdef\0\t ;".utf8)
         for _ in 0..<3000 {
             var parser = HTTPParser()
             let length = Int.random(in: 0..<300, using: &generator)
             let bytes = (0..<length).map { _ in
-                Bool.random(using: &generator) ? alphabet.randomElement(using: &generator)! : UInt8.random(in: 0...255, using: &generator)
+                Bool.random(using: &generator)
+                    ? alphabet.randomElement(using: &generator)! : UInt8.random(in: 0...255, using: &generator)
             }
             parser.append(bytes)
             var steps = 0

@@ -10,12 +10,15 @@ struct HTTPServerLiveTests {
     static let echo: HTTPHandler = { request in
         if request.path == "/slow" { try? await Task.sleep(for: .milliseconds(1500)) }
         if request.path.hasPrefix("/jitter") { try? await Task.sleep(for: .milliseconds(Int.random(in: 0...20))) }
-        let body = "\(request.method) \(request.target) \(request.body.count) \(String(decoding: request.body, as: UTF8.self))"
+        let body =
+            "\(request.method) \(request.target) \(request.body.count) \(String(decoding: request.body, as: UTF8.self))"
         return HTTPResponse(status: 200, contentType: "text/plain", body: body)
     }
 
-    func withServer(_ configure: (inout HTTPServer.Configuration) -> Void = { _ in },
-                    _ body: (HTTPServer, Int) async throws -> Void) async throws {
+    func withServer(
+        _ configure: (inout HTTPServer.Configuration) -> Void = { _ in },
+        _ body: (HTTPServer, Int) async throws -> Void
+    ) async throws {
         var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0, eventLoops: 2)
         configure(&configuration)
         let server = HTTPServer(configuration: configuration, handler: HTTPServerLiveTests.echo)
@@ -55,12 +58,18 @@ struct HTTPServerLiveTests {
 
     @Test func chunkedAndGzipBodies() async throws {
         try await withServer { _, port in
-            let chunked = try #require(try await RawHTTPClient.exchange(port: port,
-                "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"))
+            let chunked = try #require(
+                try await RawHTTPClient.exchange(
+                    port: port,
+                    "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+            )
             #expect(chunked.text == "POST /c 5 abcde")
             let zipped = Gzip.compress(Array("{\"a\":1}".utf8))
             let client = try RawHTTPClient(port: port)
-            try await client.send(Array("POST /g HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8) + zipped)
+            try await client.send(
+                Array(
+                    "POST /g HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n"
+                        .utf8) + zipped)
             let response = try #require(try await client.readResponse())
             #expect(response.text == "POST /g 7 {\"a\":1}")
         }
@@ -97,16 +106,24 @@ struct HTTPServerLiveTests {
     }
 
     @Test func limitsAnswerWithTheirOwnStatus() async throws {
-        try await withServer({ $0.limits.maxBodyBytes = 1000; $0.limits.maxHeaderCount = 10 }) { _, port in
-            let long = try #require(try await RawHTTPClient.exchange(port: port, "GET /\(String(repeating: "a", count: 9000)) HTTP/1.1\r\nHost: x\r\n\r\n"))
+        try await withServer({
+            $0.limits.maxBodyBytes = 1000; $0.limits.maxHeaderCount = 10
+        }) { _, port in
+            let long = try #require(
+                try await RawHTTPClient.exchange(
+                    port: port, "GET /\(String(repeating: "a", count: 9000)) HTTP/1.1\r\nHost: x\r\n\r\n"))
             #expect(long.status == 414)
             let headers = (0..<11).map { "X-\($0): 1\r\n" }.joined()
-            let many = try #require(try await RawHTTPClient.exchange(port: port, "GET / HTTP/1.1\r\nHost: x\r\n\(headers)\r\n"))
+            let many = try #require(
+                try await RawHTTPClient.exchange(port: port, "GET / HTTP/1.1\r\nHost: x\r\n\(headers)\r\n"))
             #expect(many.status == 431)
-            let big = try #require(try await RawHTTPClient.exchange(port: port, "GET / HTTP/1.1\r\nHost: x\r\nX: \(String(repeating: "b", count: 40000))\r\n\r\n"))
+            let big = try #require(
+                try await RawHTTPClient.exchange(
+                    port: port, "GET / HTTP/1.1\r\nHost: x\r\nX: \(String(repeating: "b", count: 40000))\r\n\r\n"))
             #expect(big.status == 431)
             let client = try RawHTTPClient(port: port)
-            try await client.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + String(repeating: "z", count: 5000))
+            try await client.send(
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + String(repeating: "z", count: 5000))
             let tooLarge = try #require(try await client.readResponse())
             #expect(tooLarge.status == 413)
             #expect(tooLarge.text.contains("\"code\":413"))
@@ -138,16 +155,22 @@ struct HTTPServerLiveTests {
             for (i, client) in clients.enumerated() { try await client.send("GET /n\(i) HTTP/1.1\r\nHost: x\r\n\r\n") }
             var answered = 0
             for (i, client) in clients.enumerated() {
-                if let r = try await client.readResponse(), r.status == 200, r.text.hasPrefix("GET /n\(i) ") { answered += 1 }
+                if let r = try await client.readResponse(), r.status == 200, r.text.hasPrefix("GET /n\(i) ") {
+                    answered += 1
+                }
             }
             #expect(answered == 1000)
         }
     }
 
     @Test func connectionsBeyondTheMaximumAreRefusedNotCrashed() async throws {
-        try await withServer({ $0.maxConnections = 4; $0.eventLoops = 1 }) { server, port in
+        try await withServer({
+            $0.maxConnections = 4; $0.eventLoops = 1
+        }) { server, port in
             let held = try (0..<4).map { _ in try RawHTTPClient(port: port) }
-            for client in held { try await client.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"); _ = try await client.readResponse() }
+            for client in held {
+                try await client.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"); _ = try await client.readResponse()
+            }
             let extra = try #require(try await RawHTTPClient.exchange(port: port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
             #expect(extra.status == 503)
             #expect(server.refusedConnections >= 1)
@@ -156,7 +179,8 @@ struct HTTPServerLiveTests {
     }
 
     @Test func shutdownFinishesInFlightRequestsAndStopsAccepting() async throws {
-        let server = HTTPServer(configuration: .init(host: "127.0.0.1", port: 0, eventLoops: 2), handler: HTTPServerLiveTests.echo)
+        let server = HTTPServer(
+            configuration: .init(host: "127.0.0.1", port: 0, eventLoops: 2), handler: HTTPServerLiveTests.echo)
         let port = try server.start()
         let client = try RawHTTPClient(port: port)
         try await client.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")

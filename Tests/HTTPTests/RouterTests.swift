@@ -10,7 +10,8 @@ struct RouterTests {
         r.add("DELETE", "/v1/projects/{project}/installations/{fid}", "delete")
         r.add("POST", "/v1/projects/{project}/installations/{fid}/authTokens:generate", "generate")
         r.add("POST", "/v1/projects/{project}/registrations/{fid}/topicSubscriptions/{topic}:subscribe", "subscribe")
-        r.add("POST", "/v1/projects/{project}/registrations/{fid}/topicSubscriptions/{topic}:unsubscribe", "unsubscribe")
+        r.add(
+            "POST", "/v1/projects/{project}/registrations/{fid}/topicSubscriptions/{topic}:unsubscribe", "unsubscribe")
         r.add("GET", "/v1/projects/{project}/registrations/{token}:sendability", "sendability")
         r.add("PATCH", "/v1/projects/{project}/registrations/{token}", "patch")
         r.add("POST", "/iid/v1:batchAdd", "batchAdd")
@@ -36,16 +37,23 @@ struct RouterTests {
     }
 
     @Test func percentDecodingHappensOnceAfterSplitting() {
-        guard case let .found(_, params, _) = router.match(method: "PATCH", path: "/v1/projects/p/registrations/to%3Ak%2Fx") else {
+        guard
+            case let .found(_, params, _) = router.match(
+                method: "PATCH", path: "/v1/projects/p/registrations/to%3Ak%2Fx")
+        else {
             Issue.record("no match"); return
         }
         #expect(params["token"] == "to:k/x")
-        guard case let .found(_, p2, _) = router.match(method: "PATCH", path: "/v1/projects/p/registrations/a%2525b") else { return }
+        guard case let .found(_, p2, _) = router.match(method: "PATCH", path: "/v1/projects/p/registrations/a%2525b")
+        else { return }
         #expect(p2["token"] == "a%25b")
     }
 
     @Test func aCustomVerbPathNeverFallsBackToABroaderTemplate() {
-        guard case let .methodNotAllowed(allowed) = router.match(method: "PATCH", path: "/v1/projects/p/registrations/tok:sendability") else {
+        guard
+            case let .methodNotAllowed(allowed) = router.match(
+                method: "PATCH", path: "/v1/projects/p/registrations/tok:sendability")
+        else {
             Issue.record("expected 405"); return
         }
         #expect(allowed == ["GET", "HEAD"])
@@ -53,14 +61,24 @@ struct RouterTests {
     }
 
     @Test func notFoundAndMethodNotAllowed() {
-        guard case let .methodNotAllowed(allowed) = router.match(method: "GET", path: "/v1/projects/p/installations") else {
+        guard case let .methodNotAllowed(allowed) = router.match(method: "GET", path: "/v1/projects/p/installations")
+        else {
             Issue.record("expected 405"); return
         }
         #expect(allowed == ["POST"])
         if case .notFound = router.match(method: "GET", path: "/nope") {} else { Issue.record("expected 404") }
-        if case .notFound = router.match(method: "POST", path: "/v1/projects/p/installations//") {} else { Issue.record("expected 404") }
-        if case .badPath = router.match(method: "GET", path: "/healthz%zz") {} else { Issue.record("expected bad path") }
-        if case .notFound = router.match(method: "POST", path: "/v1/projects/p/registrations/f/topicSubscriptions/:subscribe") {} else {
+        if case .notFound = router.match(method: "POST", path: "/v1/projects/p/installations//") {
+        } else {
+            Issue.record("expected 404")
+        }
+        if case .badPath = router.match(method: "GET", path: "/healthz%zz") {
+        } else {
+            Issue.record("expected bad path")
+        }
+        if case .notFound = router.match(
+            method: "POST", path: "/v1/projects/p/registrations/f/topicSubscriptions/:subscribe")
+        {
+        } else {
             Issue.record("an empty topic must not match")
         }
     }

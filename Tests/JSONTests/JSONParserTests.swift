@@ -5,7 +5,8 @@ import Testing
 @Suite("JSON parser")
 struct JSONParserTests {
     @Test func parsesTheFirebaseCreateBody() throws {
-        let value = try JSONParser.parse(#"{"fid":"dIsVQ2QVRT-TsRovAPrE3U","authVersion":"FIS_v2","appId":"1:123:web:ab","sdkVersion":"w:0.6.24"}"#)
+        let value = try JSONParser.parse(
+            #"{"fid":"dIsVQ2QVRT-TsRovAPrE3U","authVersion":"FIS_v2","appId":"1:123:web:ab","sdkVersion":"w:0.6.24"}"#)
         #expect(value["fid"]?.stringValue == "dIsVQ2QVRT-TsRovAPrE3U")
         #expect(value["missing"] == nil)
     }
@@ -62,7 +63,10 @@ struct JSONParserTests {
             for _ in 0..<Int.random(in: 1...6, using: &rng) {
                 let i = Int.random(in: 0..<bytes.count, using: &rng)
                 switch Int.random(in: 0..<3, using: &rng) {
-                case 0: bytes[i] = Bool.random(using: &rng) ? alphabet.randomElement(using: &rng)! : UInt8.random(in: 0...255, using: &rng)
+                case 0:
+                    bytes[i] =
+                        Bool.random(using: &rng)
+                        ? alphabet.randomElement(using: &rng)! : UInt8.random(in: 0...255, using: &rng)
                 case 1: bytes.remove(at: i)
                 default: bytes.insert(alphabet.randomElement(using: &rng)!, at: i)
                 }

@@ -19,7 +19,9 @@ struct PostgresTests {
         try await withDatabase { url in
             let pool = PostgresPool(.init(conninfo: url))
             let hostile = "'; DROP TABLE x; --"
-            let rows = try await pool.query("SELECT \(hostile)::text AS v, \(42)::int AS n, \(true)::bool AS b, \(String?.none as String?)::text AS z")
+            let rows = try await pool.query(
+                "SELECT \(hostile)::text AS v, \(42)::int AS n, \(true)::bool AS b, \(String?.none as String?)::text AS z"
+            )
             let row = try #require(rows.first)
             #expect(try row.require("v", as: String.self) == hostile)
             #expect(try row.require("n", as: Int.self) == 42)
@@ -33,8 +35,10 @@ struct PostgresTests {
             let pool = PostgresPool(.init(conninfo: url))
             let date = Date(timeIntervalSince1970: 1_764_000_000.123456)
             let bytes = ByteA([0, 1, 254, 255])
-            let row = try #require(try await pool.query(
-                "SELECT \(date)::timestamptz AS d, \(bytes)::bytea AS b, \(TextArray(["a", "b\"c", "d\\e"]))::text[] AS a").first)
+            let row = try #require(
+                try await pool.query(
+                    "SELECT \(date)::timestamptz AS d, \(bytes)::bytea AS b, \(TextArray(["a", "b\"c", "d\\e"]))::text[] AS a"
+                ).first)
             let back = try row.require("d", as: Date.self)
             #expect(abs(back.timeIntervalSince1970 - date.timeIntervalSince1970) < 0.000002)
             #expect(try row.require("b", as: ByteA.self) == bytes)
@@ -115,7 +119,8 @@ struct PostgresTests {
     @Test func reconnectsAfterTheServerDropsTheConnection() async throws {
         try await withDatabase { url in
             let pool = PostgresPool(.init(conninfo: url, maxConnections: 1))
-            let pid = try #require(try await pool.query("SELECT pg_backend_pid() AS p").first?.require("p", as: Int.self))
+            let pid = try #require(
+                try await pool.query("SELECT pg_backend_pid() AS p").first?.require("p", as: Int.self))
             let admin = try await PostgresConnection.connect(url)
             try await admin.query("SELECT pg_terminate_backend(\(pid))")
             var recovered = false

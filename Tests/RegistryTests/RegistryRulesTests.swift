@@ -34,7 +34,9 @@ struct RegistryRulesTests {
         let app = try Identifiers.newAppID(projectNumber: 123, platform: .android)
         #expect(app.hasPrefix("1:123:android:") && Identifiers.isValidAppID(app))
         #expect(!Identifiers.isValidAppID("1:x:web:ab"))
-        #expect(Identifiers.isValidProjectID("demo-proj") && !Identifiers.isValidProjectID("Demo") && !Identifiers.isValidProjectID("ab"))
+        #expect(
+            Identifiers.isValidProjectID("demo-proj") && !Identifiers.isValidProjectID("Demo")
+                && !Identifiers.isValidProjectID("ab"))
         #expect(try Identifiers.newRefreshToken().hasPrefix("3_"))
         let token = try RegistrationService.newToken(fid: "dIsVQ2QVRT-TsRovAPrE3U")
         #expect(token.hasPrefix("dIsVQ2QVRT-TsRovAPrE3U:") && RegistrationService.isValidToken(token))
@@ -48,8 +50,9 @@ struct RegistryRulesTests {
     }
 
     @Test func conditionGrammarAndLimits() throws {
-        #expect(try Condition.parse("!('a' in topics) || 'b' in topics && 'c' in topics")
-            == .or(.not(.topic("a")), .and(.topic("b"), .topic("c"))))
+        #expect(
+            try Condition.parse("!('a' in topics) || 'b' in topics && 'c' in topics")
+                == .or(.not(.topic("a")), .and(.topic("b"), .topic("c"))))
         #expect(try Condition.parse("'a' in topics && ('b' in topics || 'c' in topics)").topics == ["a", "b", "c"])
         do {
             _ = try Condition.parse("'a' in topics && ")
@@ -75,22 +78,27 @@ struct RegistryRulesTests {
 
     @Test func sendabilityFollowsStateConsentAndAge() {
         let clock = ManualClock(Date(timeIntervalSince1970: 1_800_000_000))
-        let targeting = TargetingService(pool: PostgresPool(.init(conninfo: "")), clock: clock,
-                                         freshness: Freshness(staleDays: 30, expireDays: 270))
+        let targeting = TargetingService(
+            pool: PostgresPool(.init(conninfo: "")), clock: clock,
+            freshness: Freshness(staleDays: 30, expireDays: 270))
         func registration(ageDays: Double, state: String = "active") -> Registration {
             let at = clock.now().addingTimeInterval(-ageDays * 86_400)
-            return Registration(projectID: "p", fid: "f", token: "t", platform: .web, state: state, createdAt: at, refreshedAt: at)
+            return Registration(
+                projectID: "p", fid: "f", token: "t", platform: .web, state: state, createdAt: at, refreshedAt: at)
         }
         #expect(targeting.sendability(of: registration(ageDays: 1), messagingConsent: true) == .ok)
         #expect(targeting.sendability(of: registration(ageDays: 31), messagingConsent: true) == .stale)
         #expect(targeting.sendability(of: registration(ageDays: 271), messagingConsent: true) == .expired)
         #expect(targeting.sendability(of: registration(ageDays: 1), messagingConsent: false) == .noConsent)
-        #expect(targeting.sendability(of: registration(ageDays: 1, state: "disabled"), messagingConsent: true) == .disabled)
+        #expect(
+            targeting.sendability(of: registration(ageDays: 1, state: "disabled"), messagingConsent: true) == .disabled)
         #expect(Sendability.stale.sendable && !Sendability.expired.sendable)
     }
 
     @Test func consentPurposes() {
         #expect(ConsentService.isValidPurpose("messaging") && ConsentService.isValidPurpose("marketing-email"))
-        #expect(!ConsentService.isValidPurpose("Messaging") && !ConsentService.isValidPurpose("") && !ConsentService.isValidPurpose("1x"))
+        #expect(
+            !ConsentService.isValidPurpose("Messaging") && !ConsentService.isValidPurpose("")
+                && !ConsentService.isValidPurpose("1x"))
     }
 }

@@ -41,8 +41,9 @@ struct ConsentController {
         guard ConsentService.isValidPurpose(purpose) else {
             throw APIError.invalid("purpose: 1-64 lower-case letters, digits, '-' or '_', starting with a letter")
         }
-        let change = ConsentChange(purpose: purpose, granted: granted, policyVersion: try body.text("policyVersion", maxBytes: 128),
-                                   source: try body.text("source", maxBytes: 128), actor: actor)
+        let change = ConsentChange(
+            purpose: purpose, granted: granted, policyVersion: try body.text("policyVersion", maxBytes: 128),
+            source: try body.text("source", maxBytes: 128), actor: actor)
         let (state, previous) = try await consent.record(installation: installation, change: change)
         var json = ConsentController.json(state)
         if case var .object(members) = json {
@@ -69,16 +70,19 @@ struct ConsentController {
     static func json(_ state: ConsentState) -> JSONValue {
         [
             "purpose": .string(state.purpose), "autoInitEnabled": .bool(state.granted),
-            "policyVersion": state.policyVersion.map { .string($0) } ?? .null, "source": state.source.map { .string($0) } ?? .null,
+            "policyVersion": state.policyVersion.map { .string($0) } ?? .null,
+            "source": state.source.map { .string($0) } ?? .null,
             "actor": .string(state.actor), "updateTime": .string(Timestamp.rfc3339(state.updatedAt)),
         ]
     }
 
     static func json(_ event: ConsentEvent) -> JSONValue {
         [
-            "sequence": .int(event.sequence), "purpose": .string(event.purpose), "autoInitEnabled": .bool(event.granted),
+            "sequence": .int(event.sequence), "purpose": .string(event.purpose),
+            "autoInitEnabled": .bool(event.granted),
             "previous": event.previous.map { .bool($0) } ?? .null, "actor": .string(event.actor),
-            "source": event.source.map { .string($0) } ?? .null, "policyVersion": event.policyVersion.map { .string($0) } ?? .null,
+            "source": event.source.map { .string($0) } ?? .null,
+            "policyVersion": event.policyVersion.map { .string($0) } ?? .null,
             "time": .string(Timestamp.rfc3339(event.recordedAt)),
         ]
     }

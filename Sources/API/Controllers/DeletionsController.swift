@@ -27,7 +27,10 @@ struct DeletionsController: Sendable {
     }
 
     static func json(_ service: LinkedService) -> JSONValue {
-        ["name": .string(service.name), "endpoint": .string(service.endpoint), "createTime": .string(Timestamp.rfc3339(service.createdAt))]
+        [
+            "name": .string(service.name), "endpoint": .string(service.endpoint),
+            "createTime": .string(Timestamp.rfc3339(service.createdAt)),
+        ]
     }
 
     func createService(_ context: RequestContext) async throws -> HTTPResponse {
@@ -35,7 +38,8 @@ struct DeletionsController: Sendable {
         let body = FieldReader(try context.jsonObject())
         let name = try body.string("name", required: true, maxBytes: 63)!
         let endpoint = try body.text("endpoint", required: true, maxBytes: 2048)!
-        let (service, secret) = try await deletions.addLinkedService(projectID: project.id, name: name, endpoint: endpoint)
+        let (service, secret) = try await deletions.addLinkedService(
+            projectID: project.id, name: name, endpoint: endpoint)
         guard case var .object(members) = DeletionsController.json(service) else { return .json([:]) }
         members.append(("secret", .string(secret)))
         return .json(.object(members))
@@ -43,12 +47,19 @@ struct DeletionsController: Sendable {
 
     func listServices(_ context: RequestContext) async throws -> HTTPResponse {
         let project = try await project(context)
-        return .json(["linkedServices": .array(try await deletions.linkedServices(projectID: project.id).map(DeletionsController.json))])
+        return .json([
+            "linkedServices": .array(
+                try await deletions.linkedServices(projectID: project.id).map(DeletionsController.json))
+        ])
     }
 
     func getService(_ context: RequestContext) async throws -> HTTPResponse {
         let project = try await project(context)
-        guard let service = try await deletions.linkedServices(projectID: project.id).first(where: { $0.name == context.parameter("name") }) else {
+        guard
+            let service = try await deletions.linkedServices(projectID: project.id).first(where: {
+                $0.name == context.parameter("name")
+            })
+        else {
             throw APIError.notFound("linked service \(context.parameter("name").prefix(64)) not found")
         }
         return .json(DeletionsController.json(service))
@@ -64,14 +75,18 @@ struct DeletionsController: Sendable {
 
     static func json(_ receipt: DeletionReceipt) -> JSONValue {
         [
-            "id": .string(String(receipt.id)), "fid": receipt.fid.map { .string($0) } ?? .null, "fidHash": .string(receipt.fidHash),
+            "id": .string(String(receipt.id)), "fid": receipt.fid.map { .string($0) } ?? .null,
+            "fidHash": .string(receipt.fidHash),
             "reason": .string(receipt.reason), "requestTime": .string(Timestamp.rfc3339(receipt.requestedAt)),
             "deadline": .string(Timestamp.rfc3339(receipt.deadline)), "state": .string(receipt.state),
-            "services": .array(receipt.services.map { s in
-                ["name": .string(s.service), "state": .string(s.state), "attempts": .int(s.attempts),
-                 "lastError": s.lastError.map { .string($0) } ?? .null,
-                 "ackTime": s.acknowledgedAt.map { .string(Timestamp.rfc3339($0)) } ?? .null]
-            }),
+            "services": .array(
+                receipt.services.map { s in
+                    [
+                        "name": .string(s.service), "state": .string(s.state), "attempts": .int(s.attempts),
+                        "lastError": s.lastError.map { .string($0) } ?? .null,
+                        "ackTime": s.acknowledgedAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+                    ]
+                }),
         ]
     }
 
@@ -86,23 +101,32 @@ struct DeletionsController: Sendable {
     func listDeletions(_ context: RequestContext) async throws -> HTTPResponse {
         let project = try await project(context)
         let state = context.request.query("state") ?? "pending"
-        guard ["pending", "overdue", "done"].contains(state) else { throw APIError.invalid("state: must be pending, overdue or done") }
+        guard ["pending", "overdue", "done"].contains(state) else {
+            throw APIError.invalid("state: must be pending, overdue or done")
+        }
         let size = try Paging.pageSize(context, default: 100, max: 1000)
-        let after = try Paging.decode(context.request.query("pageToken")).map { key -> Int64 in
-            guard let id = Int64(key) else { return -1 }
-            return id
-        } ?? 0
+        let after =
+            try Paging.decode(context.request.query("pageToken")).map { key -> Int64 in
+                guard let id = Int64(key) else { return -1 }
+                return id
+            } ?? 0
         guard after >= 0 else { throw APIError.invalid("pageToken: not a page token from this service") }
         let page = try await deletions.receipts(projectID: project.id, state: state, afterID: after, limit: size + 1)
         var members: [(String, JSONValue)] = [("deletions", .array(page.prefix(size).map(DeletionsController.json)))]
-        if page.count > size, let last = page.prefix(size).last { members.append(("nextPageToken", .string(Paging.encode(String(last.id))))) }
+        if page.count > size, let last = page.prefix(size).last {
+            members.append(("nextPageToken", .string(Paging.encode(String(last.id)))))
+        }
         return .json(.object(members))
     }
 
     func acknowledge(_ context: RequestContext) async throws -> HTTPResponse {
         let project = try await project(context)
-        guard try await deletions.acknowledge(projectID: project.id, fid: context.parameter("fid"), service: context.parameter("name")) else {
-            throw APIError.notFound("no delivery of this deletion to \(context.parameter("name").prefix(64)) is on record")
+        guard
+            try await deletions.acknowledge(
+                projectID: project.id, fid: context.parameter("fid"), service: context.parameter("name"))
+        else {
+            throw APIError.notFound(
+                "no delivery of this deletion to \(context.parameter("name").prefix(64)) is on record")
         }
         return .json([:])
     }
@@ -112,12 +136,16 @@ struct DeletionsController: Sendable {
         let project = try await project(context)
         var cursor: Int64 = 0
         if let text = context.request.query("after"), !text.isEmpty {
-            guard let value = Int64(text), value >= 0 else { throw APIError.invalid("after: must be a cursor from this feed") }
+            guard let value = Int64(text), value >= 0 else {
+                throw APIError.invalid("after: must be a cursor from this feed")
+            }
             cursor = value
         }
         var wait = 0
         if let text = context.request.query("waitSeconds") {
-            guard let value = Int(text), (0...30).contains(value) else { throw APIError.invalid("waitSeconds: must be 0 to 30") }
+            guard let value = Int(text), (0...30).contains(value) else {
+                throw APIError.invalid("waitSeconds: must be 0 to 30")
+            }
             wait = value
         }
         let deadline = ContinuousClock.now + .seconds(wait)
@@ -127,8 +155,10 @@ struct DeletionsController: Sendable {
             page = try await jobs.events(projectID: project.id, after: cursor, limit: 1000)
         }
         let items: [JSONValue] = page.map { e in
-            var members: [(String, JSONValue)] = [("cursor", .string(String(e.seq))), ("type", .string(e.type)), ("fid", .string(e.fid)),
-                                                  ("time", .string(Timestamp.rfc3339(e.time)))]
+            var members: [(String, JSONValue)] = [
+                ("cursor", .string(String(e.seq))), ("type", .string(e.type)), ("fid", .string(e.fid)),
+                ("time", .string(Timestamp.rfc3339(e.time))),
+            ]
             if let data = e.data, let parsed = try? JSONParser.parse(data) { members.append(("data", parsed)) }
             return .object(members)
         }

@@ -28,8 +28,12 @@ struct IIDController: Sendable {
     static func error(_ status: Int, _ code: String) -> HTTPResponse { .json(["error": .string(code)], status: status) }
 
     /// Runs `body` for the server key's project, mapping every failure to IID's error shape.
-    private func iid(_ context: RequestContext, _ body: (Project) async throws -> HTTPResponse) async throws -> HTTPResponse {
-        guard let authorization = context.header("authorization") else { return IIDController.error(401, "UNAUTHENTICATED") }
+    private func iid(_ context: RequestContext, _ body: (Project) async throws -> HTTPResponse) async throws
+        -> HTTPResponse
+    {
+        guard let authorization = context.header("authorization") else {
+            return IIDController.error(401, "UNAUTHENTICATED")
+        }
         let lowered = authorization.lowercased()
         let key: String
         if lowered.hasPrefix("bearer ") {
@@ -60,7 +64,9 @@ struct IIDController: Sendable {
         guard Topic.isValid(topic) else { throw APIError.invalid("to: must be /topics/<name>") }
         let tokens = try body.array("registration_tokens", required: true, maxCount: IIDController.maxBatch)!
         guard !tokens.isEmpty else { throw APIError.invalid("registration_tokens: must not be empty") }
-        guard tokens.allSatisfy({ $0.stringValue != nil }) else { throw APIError.invalid("registration_tokens: every item must be a string") }
+        guard tokens.allSatisfy({ $0.stringValue != nil }) else {
+            throw APIError.invalid("registration_tokens: every item must be a string")
+        }
         return (topic, tokens)
     }
 
@@ -83,7 +89,8 @@ struct IIDController: Sendable {
             let (topic, tokens) = try batchBody(context)
             let resolved = try await resolve(tokens, project: project)
             let fids = resolved.compactMap { try? $0.get() }
-            let outcome = try await registrations.topics.add(projectID: project.id, fids: fids, topic: topic, at: clock.now())
+            let outcome = try await registrations.topics.add(
+                projectID: project.id, fids: fids, topic: topic, at: clock.now())
             let results: [JSONValue] = resolved.map { entry in
                 switch entry {
                 case let .failure(f): return ["error": .string(f.code)]
@@ -98,7 +105,8 @@ struct IIDController: Sendable {
         try await iid(context) { project in
             let (topic, tokens) = try batchBody(context)
             let resolved = try await resolve(tokens, project: project)
-            _ = try await registrations.topics.remove(projectID: project.id, fids: resolved.compactMap { try? $0.get() }, topic: topic)
+            _ = try await registrations.topics.remove(
+                projectID: project.id, fids: resolved.compactMap { try? $0.get() }, topic: topic)
             let results: [JSONValue] = resolved.map { entry in
                 if case let .failure(f) = entry { return ["error": .string(f.code)] }
                 return [:]
@@ -112,7 +120,9 @@ struct IIDController: Sendable {
         guard Topic.isValid(topic) else { throw APIError(400, "INVALID_ARGUMENT", "invalid topic") }
         let token = context.parameter("token")
         guard RegistrationService.isValidToken(token) else { throw APIError(400, "INVALID_ARGUMENT", "invalid token") }
-        guard let registration = try await registrations.find(project: project, tokenOrFID: token), registration.token == token else {
+        guard let registration = try await registrations.find(project: project, tokenOrFID: token),
+            registration.token == token
+        else {
             throw APIError(404, "NOT_FOUND", "unknown token")
         }
         return (registration.fid, topic)
@@ -121,7 +131,9 @@ struct IIDController: Sendable {
     func addRelation(_ context: RequestContext) async throws -> HTTPResponse {
         try await iid(context) { project in
             let (fid, topic) = try await relation(context, project: project)
-            if try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: clock.now())[fid] == .tooManyTopics {
+            if try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: clock.now())[
+                fid] == .tooManyTopics
+            {
                 return IIDController.error(400, "TOO_MANY_TOPICS")
             }
             return .json([:])
@@ -141,11 +153,13 @@ struct IIDController: Sendable {
         try await iid(context) { project in
             let token = context.parameter("token")
             guard RegistrationService.isValidToken(token),
-                let registration = try await registrations.find(project: project, tokenOrFID: token), registration.token == token,
+                let registration = try await registrations.find(project: project, tokenOrFID: token),
+                registration.token == token,
                 let installation = try await installations.find(project: project, fid: registration.fid)
             else { return IIDController.error(404, "InvalidToken") }
             let app = try await catalog.app(id: installation.appID)
-            let platform = ["ios": "IOS", "android": "ANDROID", "web": "CHROME"][registration.platform.rawValue] ?? "UNKNOWN"
+            let platform =
+                ["ios": "IOS", "android": "ANDROID", "web": "CHROME"][registration.platform.rawValue] ?? "UNKNOWN"
             var members: [(String, JSONValue)] = [
                 ("application", .string(registration.bundleID ?? app?.bundleID ?? installation.appID)),
                 ("authorizedEntity", .string(String(project.number))), ("platform", .string(platform)), ("scope", "*"),
@@ -155,7 +169,8 @@ struct IIDController: Sendable {
                 var topics: [(String, JSONValue)] = []
                 var after: String?
                 while true {
-                    let page = try await registrations.topics.list(projectID: project.id, fid: registration.fid, after: after, limit: 1000)
+                    let page = try await registrations.topics.list(
+                        projectID: project.id, fid: registration.fid, after: after, limit: 1000)
                     for (topic, created) in page {
                         topics.append((topic, ["addDate": .string(String(Timestamp.rfc3339(created).prefix(10)))]))
                     }
@@ -176,27 +191,41 @@ struct IIDController: Sendable {
             let application = try body.text("application", required: true, maxBytes: 255)!
             let sandbox = try body.bool("sandbox") ?? false
             let tokens = try body.array("apns_tokens", required: true, maxCount: IIDController.maxImport)!
-            guard let app = try await catalog.apps(projectID: project.id).first(where: { $0.platform == .ios && $0.bundleID == application }) else {
+            guard
+                let app = try await catalog.apps(projectID: project.id).first(where: {
+                    $0.platform == .ios && $0.bundleID == application
+                })
+            else {
                 return IIDController.error(404, "NOT_FOUND")
             }
             var results: [JSONValue] = []
             for value in tokens {
-                guard let apns = value.stringValue?.lowercased(), (1...200).contains(apns.utf8.count), Hex.decode(apns) != nil else {
+                guard let apns = value.stringValue?.lowercased(), (1...200).contains(apns.utf8.count),
+                    Hex.decode(apns) != nil
+                else {
                     results.append(["apns_token": value, "status": "INVALID_ARGUMENT"])
                     continue
                 }
                 if let existing = try await registrations.registrations.find(projectID: project.id, apnsToken: apns) {
-                    results.append(["apns_token": .string(apns), "status": "OK", "registration_token": .string(existing.token)])
+                    results.append([
+                        "apns_token": .string(apns), "status": "OK", "registration_token": .string(existing.token),
+                    ])
                     continue
                 }
-                let created = try await installations.create(project: project, app: app, requestedFID: nil, sdkVersion: "iid-import")
-                guard let installation = try await installations.find(project: project, fid: created.fid) else { continue }
-                let template = Registration(projectID: project.id, fid: created.fid, token: "", platform: .ios, apnsToken: apns,
-                                            apnsEnvironment: sandbox ? "SANDBOX" : "PROD", bundleID: application,
-                                            createdAt: clock.now(), refreshedAt: clock.now())
+                let created = try await installations.create(
+                    project: project, app: app, requestedFID: nil, sdkVersion: "iid-import")
+                guard let installation = try await installations.find(project: project, fid: created.fid) else {
+                    continue
+                }
+                let template = Registration(
+                    projectID: project.id, fid: created.fid, token: "", platform: .ios, apnsToken: apns,
+                    apnsEnvironment: sandbox ? "SANDBOX" : "PROD", bundleID: application,
+                    createdAt: clock.now(), refreshedAt: clock.now())
                 do {
                     let registration = try await registrations.register(installation: installation, template: template)
-                    results.append(["apns_token": .string(apns), "status": "OK", "registration_token": .string(registration.token)])
+                    results.append([
+                        "apns_token": .string(apns), "status": "OK", "registration_token": .string(registration.token),
+                    ])
                 } catch let error as RegistryError where error.kind == .failedPrecondition {
                     _ = try await installations.delete(project: project, fid: created.fid, reason: .server)
                     results.append(["apns_token": .string(apns), "status": "FAILED_PRECONDITION"])

@@ -29,7 +29,9 @@ struct InstallationsController {
         let body = FieldReader(try context.jsonObject())
         // Check every field's shape first, then look anything up.
         let appID = try body.string("appId", required: true, maxBytes: 128, allowEmpty: false)!
-        guard Identifiers.isValidAppID(appID) else { throw APIError.invalid("appId: not a valid app ID (1:<number>:<platform>:<id>)") }
+        guard Identifiers.isValidAppID(appID) else {
+            throw APIError.invalid("appId: not a valid app ID (1:<number>:<platform>:<id>)")
+        }
         if let version = try body.string("authVersion", maxBytes: 32), version != "FIS_v2" {
             throw APIError.invalid("authVersion: only FIS_v2 is supported")
         }
@@ -37,11 +39,16 @@ struct InstallationsController {
         // Any fid is accepted here; an empty, malformed or taken one is replaced in the response.
         let requested = try? body.string("fid", maxBytes: 256)
         guard let app = try await catalog.app(id: appID) else { throw APIError.invalid("appId: no such app") }
-        guard app.projectID == project.id else { throw APIError.permissionDenied("appId: the app does not belong to project \(project.id)") }
-        let created = try await installations.create(project: project, app: app, requestedFID: requested ?? nil, sdkVersion: sdkVersion)
+        guard app.projectID == project.id else {
+            throw APIError.permissionDenied("appId: the app does not belong to project \(project.id)")
+        }
+        let created = try await installations.create(
+            project: project, app: app, requestedFID: requested ?? nil, sdkVersion: sdkVersion)
         return .json([
             "name": .string(created.name), "fid": .string(created.fid), "refreshToken": .string(created.refreshToken),
-            "authToken": ["token": .string(created.authToken.token), "expiresIn": .string("\(created.authToken.expiresIn)s")],
+            "authToken": [
+                "token": .string(created.authToken.token), "expiresIn": .string("\(created.authToken.expiresIn)s"),
+            ],
         ])
     }
 
@@ -55,7 +62,8 @@ struct InstallationsController {
             _ = try installation.text("sdkVersion", maxBytes: 64)
             _ = try installation.string("appId", maxBytes: 128)
         }
-        let token = try await installations.generateAuthToken(project: project, fid: context.parameter("fid"), refreshToken: refreshToken)
+        let token = try await installations.generateAuthToken(
+            project: project, fid: context.parameter("fid"), refreshToken: refreshToken)
         return .json(["token": .string(token.token), "expiresIn": .string("\(token.expiresIn)s")])
     }
 
@@ -96,7 +104,9 @@ struct InstallationsController {
 
     private func limit(_ context: RequestContext, apiKey: String) throws {
         var address = String(context.request.remoteAddress.split(separator: ":").first ?? "")
-        if createLimits.trustForwardedFor, let forwarded = context.header("x-forwarded-for")?.split(separator: ",").first {
+        if createLimits.trustForwardedFor,
+            let forwarded = context.header("x-forwarded-for")?.split(separator: ",").first
+        {
             address = forwarded.trimmingCharacters(in: " ")
         }
         let wait = createLimits.perKey.acquire(apiKey) ?? createLimits.perAddress.acquire(address)

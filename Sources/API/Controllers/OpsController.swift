@@ -54,7 +54,8 @@ struct OpsController: Sendable {
         ]
         // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
         if let registry = try? await jobs.metricsLines() { extra += registry }
-        return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render(extra: extra))
+        return HTTPResponse(
+            status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render(extra: extra))
     }
 
     func jwks(_ context: RequestContext) async throws -> HTTPResponse {
@@ -64,7 +65,8 @@ struct OpsController: Sendable {
     }
 
     func openapi(_ context: RequestContext) async throws -> HTTPResponse {
-        HTTPResponse(status: 200, headers: ["content-type": "application/yaml; charset=utf-8"], body: OpenAPIDocument.bytes)
+        HTTPResponse(
+            status: 200, headers: ["content-type": "application/yaml; charset=utf-8"], body: OpenAPIDocument.bytes)
     }
 }
 

@@ -32,7 +32,8 @@ struct RegistrationsController: Sendable {
         let project = try await auth.project(context)
         try await auth.optionalApp(context, project: project)
         let installation = try await auth.installation(context, project: project)
-        guard let current = try await registrations.find(project: project, tokenOrFID: context.parameter("registration")),
+        guard
+            let current = try await registrations.find(project: project, tokenOrFID: context.parameter("registration")),
             current.fid == installation.fid
         else { throw APIError.notFound("registration not found for this installation") }
         let template = try RegistrationsController.clientTemplate(try context.jsonObject())
@@ -72,24 +73,31 @@ struct RegistrationsController: Sendable {
         guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
         let body = FieldReader(try context.jsonObject())
         let token = try body.string("token", required: true, maxBytes: 4096)!
-        guard RegistrationService.isValidToken(token) else { throw APIError.invalid("token: 1-4096 characters of A-Z a-z 0-9 _ : . -") }
+        guard RegistrationService.isValidToken(token) else {
+            throw APIError.invalid("token: 1-4096 characters of A-Z a-z 0-9 _ : . -")
+        }
         guard let platform = Platform(rawValue: try body.string("platform", required: true, maxBytes: 16)!) else {
             throw APIError.invalid("platform: must be ios, android or web")
         }
         let apnsToken = try body.string("apnsToken", maxBytes: 200)
-        if let apnsToken, Hex.decode(apnsToken) == nil || apnsToken.isEmpty { throw APIError.invalid("apnsToken: must be hexadecimal") }
+        if let apnsToken, Hex.decode(apnsToken) == nil || apnsToken.isEmpty {
+            throw APIError.invalid("apnsToken: must be hexadecimal")
+        }
         let environment = try body.string("apnsEnvironment", maxBytes: 16)
         if let environment, environment != "SANDBOX" && environment != "PROD" {
             throw APIError.invalid("apnsEnvironment: must be SANDBOX or PROD")
         }
         var clientTime: Date?
         if let text = try body.string("clientTime", maxBytes: 64) {
-            guard let parsed = Timestamp.parse(text) else { throw APIError.invalid("clientTime: must be an RFC 3339 time") }
+            guard let parsed = Timestamp.parse(text) else {
+                throw APIError.invalid("clientTime: must be an RFC 3339 time")
+            }
             clientTime = parsed
         }
         let now = Date()
-        let template = Registration(projectID: project.id, fid: fid, token: token, platform: platform, apnsToken: apnsToken?.lowercased(),
-                                    apnsEnvironment: environment, clientTime: clientTime, createdAt: now, refreshedAt: now)
+        let template = Registration(
+            projectID: project.id, fid: fid, token: token, platform: platform, apnsToken: apnsToken?.lowercased(),
+            apnsEnvironment: environment, clientTime: clientTime, createdAt: now, refreshedAt: now)
         let (stored, outcome) = try await registrations.refresh(project: project, fid: fid, template: template)
         var json = RegistrationsController.json(stored, project: project)
         if case var .object(members) = json {
@@ -102,7 +110,8 @@ struct RegistrationsController: Sendable {
     func sendability(_ context: RequestContext) async throws -> HTTPResponse {
         let project = try await auth.project(context)
         try await auth.server(context, project: project)
-        let verdict = try await registrations.sendability(project: project, token: context.parameter("registration"), targeting: targeting)
+        let verdict = try await registrations.sendability(
+            project: project, token: context.parameter("registration"), targeting: targeting)
         return .json(["sendable": .bool(verdict.sendable), "reason": .string(verdict.rawValue)])
     }
 
@@ -126,9 +135,10 @@ struct RegistrationsController: Sendable {
             guard Base64URL.decode(p256dh) != nil else { throw APIError.invalid("web.p256dh: must be base64url") }
             let key = try web.string("applicationPubKey", maxBytes: 256)
             let origin = try web.text("origin", maxBytes: 256)
-            return Registration(projectID: "", fid: "", token: "", platform: .web, sdkVersion: sdkVersion,
-                                web: WebPush(endpoint: endpoint, auth: auth, p256dh: p256dh, applicationPubKey: key, origin: origin),
-                                createdAt: now, refreshedAt: now)
+            return Registration(
+                projectID: "", fid: "", token: "", platform: .web, sdkVersion: sdkVersion,
+                web: WebPush(endpoint: endpoint, auth: auth, p256dh: p256dh, applicationPubKey: key, origin: origin),
+                createdAt: now, refreshedAt: now)
         }
         if let ios = try body.object("ios") {
             let apns = try ios.string("apns_token", required: true, maxBytes: 200, allowEmpty: false)!
@@ -137,33 +147,48 @@ struct RegistrationsController: Sendable {
             guard environment == "SANDBOX" || environment == "PROD" else {
                 throw APIError.invalid("ios.apns_environment: must be SANDBOX or PROD")
             }
-            return Registration(projectID: "", fid: "", token: "", platform: .ios, apnsToken: apns.lowercased(), apnsEnvironment: environment,
-                                bundleID: try ios.text("bundle_id", maxBytes: 255), appVersion: try ios.text("app_version", maxBytes: 64),
-                                sdkVersion: sdkVersion, createdAt: now, refreshedAt: now)
+            return Registration(
+                projectID: "", fid: "", token: "", platform: .ios, apnsToken: apns.lowercased(),
+                apnsEnvironment: environment,
+                bundleID: try ios.text("bundle_id", maxBytes: 255),
+                appVersion: try ios.text("app_version", maxBytes: 64),
+                sdkVersion: sdkVersion, createdAt: now, refreshedAt: now)
         }
         let android = try body.object("android")!
-        return Registration(projectID: "", fid: "", token: "", platform: .android,
-                            bundleID: try android.text("package_name", maxBytes: 255), appVersion: try android.text("app_version", maxBytes: 64),
-                            sdkVersion: sdkVersion, createdAt: now, refreshedAt: now)
+        return Registration(
+            projectID: "", fid: "", token: "", platform: .android,
+            bundleID: try android.text("package_name", maxBytes: 255),
+            appVersion: try android.text("app_version", maxBytes: 64),
+            sdkVersion: sdkVersion, createdAt: now, refreshedAt: now)
     }
 
     static func json(_ r: Registration, project: Project) -> JSONValue {
         var members: [(String, JSONValue)] = [
-            ("name", .string("projects/\(project.id)/registrations/\(r.fid)")), ("token", .string(r.token)), ("fid", .string(r.fid)),
+            ("name", .string("projects/\(project.id)/registrations/\(r.fid)")), ("token", .string(r.token)),
+            ("fid", .string(r.fid)),
             ("platform", .string(r.platform.rawValue)), ("state", .string(r.state)),
             ("refreshTime", .string(Timestamp.rfc3339(r.refreshedAt))),
         ]
         if let web = r.web {
-            members.append(("web", [
-                "endpoint": .string(web.endpoint), "auth": .string(web.auth), "p256dh": .string(web.p256dh),
-                "applicationPubKey": web.applicationPubKey.map { .string($0) } ?? .null,
-            ]))
+            members.append(
+                (
+                    "web",
+                    [
+                        "endpoint": .string(web.endpoint), "auth": .string(web.auth), "p256dh": .string(web.p256dh),
+                        "applicationPubKey": web.applicationPubKey.map { .string($0) } ?? .null,
+                    ]
+                ))
         }
         if r.platform == .ios {
-            members.append(("ios", [
-                "apns_token": r.apnsToken.map { .string($0) } ?? .null, "apns_environment": r.apnsEnvironment.map { .string($0) } ?? .null,
-                "bundle_id": r.bundleID.map { .string($0) } ?? .null,
-            ]))
+            members.append(
+                (
+                    "ios",
+                    [
+                        "apns_token": r.apnsToken.map { .string($0) } ?? .null,
+                        "apns_environment": r.apnsEnvironment.map { .string($0) } ?? .null,
+                        "bundle_id": r.bundleID.map { .string($0) } ?? .null,
+                    ]
+                ))
         }
         return .object(members)
     }

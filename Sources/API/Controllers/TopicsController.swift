@@ -29,7 +29,10 @@ struct TopicsController: Sendable {
     private func serverSubject(_ context: RequestContext) async throws -> (Project, String) {
         let project = try await auth.project(context)
         try await auth.server(context, project: project)
-        guard let fid = try await registrations.installationFID(project: project, tokenOrFID: context.parameter("registration")) else {
+        guard
+            let fid = try await registrations.installationFID(
+                project: project, tokenOrFID: context.parameter("registration"))
+        else {
             throw APIError.notFound("registration \(context.parameter("registration").prefix(200)) not found")
         }
         return (project, fid)
@@ -45,8 +48,11 @@ struct TopicsController: Sendable {
     func subscription(_ context: RequestContext, topic: String, created: Date) -> JSONValue {
         let time = Timestamp.rfc3339(created)
         return [
-            "name": .string("projects/\(context.parameter("project"))/registrations/\(context.parameter("registration"))/topicSubscriptions/\(topic)"),
-            "topicName": .string(topic), "topic_name": .string(topic), "createTime": .string(time), "create_time": .string(time),
+            "name": .string(
+                "projects/\(context.parameter("project"))/registrations/\(context.parameter("registration"))/topicSubscriptions/\(topic)"
+            ),
+            "topicName": .string(topic), "topic_name": .string(topic), "createTime": .string(time),
+            "create_time": .string(time),
         ]
     }
 
@@ -60,7 +66,9 @@ struct TopicsController: Sendable {
 
     func create(_ context: RequestContext) async throws -> HTTPResponse {
         let body = try context.jsonObject(allowEmpty: true)
-        let fromBody = try FieldReader(body).string("topicName", maxBytes: 1024) ?? (try FieldReader(body).string("topic_name", maxBytes: 1024))
+        let fromBody =
+            try FieldReader(body).string("topicName", maxBytes: 1024)
+            ?? (try FieldReader(body).string("topic_name", maxBytes: 1024))
         let topic = try TopicsController.topicName(context.request.query("topicName", "topic_name") ?? fromBody)
         let (project, fid) = try await serverSubject(context)
         let now = clock.now()
@@ -72,8 +80,11 @@ struct TopicsController: Sendable {
     }
 
     static func tooMany() -> APIError {
-        var error = APIError(400, "FAILED_PRECONDITION", "the installation already holds \(Topic.maxPerInstallation) topics")
-        error.details = [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "TOO_MANY_TOPICS"]]
+        var error = APIError(
+            400, "FAILED_PRECONDITION", "the installation already holds \(Topic.maxPerInstallation) topics")
+        error.details = [
+            ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "TOO_MANY_TOPICS"]
+        ]
         return error
     }
 
@@ -92,9 +103,14 @@ struct TopicsController: Sendable {
         let after = try Paging.decode(context.request.query("pageToken", "page_token"))
         let page = try await registrations.topics.list(projectID: project.id, fid: fid, after: after, limit: size + 1)
         var members: [(String, JSONValue)] = [
-            ("topicSubscriptions", .array(page.prefix(size).map { subscription(context, topic: $0.topic, created: $0.created) })),
+            (
+                "topicSubscriptions",
+                .array(page.prefix(size).map { subscription(context, topic: $0.topic, created: $0.created) })
+            )
         ]
-        if page.count > size, let last = page.prefix(size).last { members.append(("nextPageToken", .string(Paging.encode(last.topic)))) }
+        if page.count > size, let last = page.prefix(size).last {
+            members.append(("nextPageToken", .string(Paging.encode(last.topic))))
+        }
         return .json(.object(members))
     }
 
@@ -109,7 +125,9 @@ struct TopicsController: Sendable {
         }
         guard allowMissing else { throw APIError.notFound("topic subscription \(topic) not found") }
         let now = clock.now()
-        if try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid] == .tooManyTopics {
+        if try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid]
+            == .tooManyTopics
+        {
             throw TopicsController.tooMany()
         }
         return .json(subscription(context, topic: topic, created: now))
@@ -139,12 +157,14 @@ struct TopicsController: Sendable {
     func clientSubscribe(_ context: RequestContext) async throws -> HTTPResponse {
         let (project, installation, topic) = try await clientSubject(context)
         let now = clock.now()
-        if try await registrations.topics.add(projectID: project.id, fids: [installation.fid], topic: topic, at: now)[installation.fid]
+        if try await registrations.topics.add(projectID: project.id, fids: [installation.fid], topic: topic, at: now)[
+            installation.fid]
             == .tooManyTopics
         {
             throw TopicsController.tooMany()
         }
-        let created = try await registrations.topics.created(projectID: project.id, fid: installation.fid, topic: topic) ?? now
+        let created =
+            try await registrations.topics.created(projectID: project.id, fid: installation.fid, topic: topic) ?? now
         return .json(subscription(context, topic: topic, created: created))
     }
 
@@ -158,12 +178,21 @@ struct TopicsController: Sendable {
 
     static func targets(_ page: [Target], size: Int) -> JSONValue {
         var members: [(String, JSONValue)] = [
-            ("registrations", .array(page.prefix(size).map { t in
-                ["token": .string(t.token), "fid": .string(t.fid), "platform": .string(t.platform.rawValue), "stale": .bool(t.stale),
-                 "refreshTime": .string(Timestamp.rfc3339(t.refreshedAt))]
-            })),
+            (
+                "registrations",
+                .array(
+                    page.prefix(size).map { t in
+                        [
+                            "token": .string(t.token), "fid": .string(t.fid), "platform": .string(t.platform.rawValue),
+                            "stale": .bool(t.stale),
+                            "refreshTime": .string(Timestamp.rfc3339(t.refreshedAt)),
+                        ]
+                    })
+            )
         ]
-        if page.count > size, let last = page.prefix(size).last { members.append(("nextPageToken", .string(Paging.encode(last.fid)))) }
+        if page.count > size, let last = page.prefix(size).last {
+            members.append(("nextPageToken", .string(Paging.encode(last.fid))))
+        }
         return .object(members)
     }
 
@@ -190,11 +219,14 @@ struct TopicsController: Sendable {
         }
         var size = 1000
         if let value = body.object["pageSize"] {
-            guard let n = value.int64Value, n > 0 else { throw APIError.invalid("pageSize: must be a positive whole number") }
+            guard let n = value.int64Value, n > 0 else {
+                throw APIError.invalid("pageSize: must be a positive whole number")
+            }
             size = Int(min(n, 10_000))
         }
         let after = try Paging.decode(try body.string("pageToken", maxBytes: 512))
-        let page = try await targeting.resolve(projectID: project.id, condition: condition, after: after, limit: size + 1)
+        let page = try await targeting.resolve(
+            projectID: project.id, condition: condition, after: after, limit: size + 1)
         return .json(TopicsController.targets(page, size: size))
     }
 }
