@@ -8,7 +8,7 @@ import Synchronization
 ///
 /// `@unchecked Sendable`: every mutable property is touched only on the loop's thread, except `inbox` and
 /// `commands`, which are behind a `Mutex` and announced through `wakeFD`.
-final class EventLoop: TaskExecutor, @unchecked Sendable {
+final class EventLoop: @unchecked Sendable {
     enum Command { case drain, stop }
 
     private struct Completion {
@@ -30,7 +30,7 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
     private let commands = Mutex<[Command]>([])
     /// Jobs of handler tasks that prefer this loop as their executor (see ``dispatch(_:on:)``).
     /// Jobs of tasks that prefer this loop, and whether the loop has stopped (then jobs run on Dispatch instead).
-    private let jobs = Mutex<(queue: [UnownedJob], stopped: Bool)>(([], false))
+    let jobs = Mutex<(queue: [UnownedJob], stopped: Bool)>(([], false))
 
     /// Loops are kept for the life of the process: tasks hold this executor unowned and may resume after shutdown.
     private static let retained = Mutex<[EventLoop]>([])
@@ -65,7 +65,7 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
         wake()
     }
 
-    private func wake() {
+    func wake() {
         wakeHandle.withLock { fd in
             guard fd >= 0 else { return }
             var one: UInt64 = 1
@@ -83,43 +83,6 @@ final class EventLoop: TaskExecutor, @unchecked Sendable {
             return empty
         }
         if wasEmpty { wake() }
-    }
-
-    // MARK: - Task executor
-
-    /// Handler tasks run on the loop thread that owns their connection: no hop to the cooperative pool and back
-    /// for each request. A handler that awaits a database call suspends; its continuation comes back here.
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let (wasEmpty, stopped) = jobs.withLock { state -> (Bool, Bool) in
-            if state.stopped { return (false, true) }
-            let empty = state.queue.isEmpty
-            state.queue.append(job)
-            return (empty, false)
-        }
-        if stopped {
-            // The loop has stopped: a task that still prefers it (a handler finishing after shutdown) runs on.
-            let executor = asUnownedTaskExecutor()
-            DispatchQueue.global().async { job.runSynchronously(on: executor) }
-        } else if wasEmpty {
-            wake()
-        }
-    }
-
-    func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
-
-    private func runJobs() {
-        // Bounded rounds, so a handler that keeps re-enqueueing cannot starve the sockets.
-        for _ in 0..<4 {
-            let batch = jobs.withLock { state -> [UnownedJob] in
-                defer { state.queue.removeAll(keepingCapacity: true) }
-                return state.queue
-            }
-            if batch.isEmpty { return }
-            let executor = asUnownedTaskExecutor()
-            for job in batch { job.runSynchronously(on: executor) }
-        }
-        if jobs.withLock({ !$0.queue.isEmpty }) { wake() }
     }
 
     // MARK: - Loop
