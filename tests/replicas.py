@@ -13,57 +13,23 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, ".build/debug/token-registry")
-ADMIN = os.environ["TEST_DATABASE_URL"]
-DB = f"replicas_{os.getpid()}"
-URL = ADMIN.replace("dbname=postgres", f"dbname={DB}")
-results = {"passed": 0, "failed": 0}
+from harness import BIN, Database, check, free_port, summary, wait_ready
+from harness import request as harness_request
+
+DB = Database("replicas")
 notices, notices_lock = [], threading.Lock()
 secret = {"value": ""}
 
 
-def check(name, ok, detail=""):
-    results["passed" if ok else "failed"] += 1
-    print(f"{'ok' if ok else 'FAILED'}: {name}{(' — ' + detail) if detail and not ok else ''}", flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def psql(sql, url=URL):
-    return subprocess.run(["psql", url, "-Atqc", sql], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def cli(*args):
-    out = subprocess.run([BIN, *args], env={**os.environ, "DATABASE_URL": URL}, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
-
-
 def request(method, url, body=None, headers=None, timeout=35):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        return e.code, None
-    except Exception:
-        return None, None
+    # Long enough for the change feed's long polls.
+    return harness_request(method, url, body, headers, timeout)
 
 
 class Receiver(http.server.BaseHTTPRequestHandler):
@@ -84,26 +50,16 @@ class Receiver(http.server.BaseHTTPRequestHandler):
 
 def start_replica(port, workdir):
     log = open(os.path.join(workdir, f"replica-{port}.log"), "a")
-    env = {**os.environ, "DATABASE_URL": URL, "PORT": str(port), "HOST": "127.0.0.1", "LOG_LEVEL": "warning",
+    env = {**os.environ, "DATABASE_URL": DB.url, "PORT": str(port), "HOST": "127.0.0.1", "LOG_LEVEL": "warning",
            "JOBS_INTERVAL_SECONDS": "1", "RATE_LIMIT_CREATE_PER_ADDRESS": "0"}
     return subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log)
 
 
-def wait_ready(port, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if request("GET", f"http://127.0.0.1:{port}/readyz", timeout=2)[0] == 200:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def main():
-    psql(f"DROP DATABASE IF EXISTS {DB}", ADMIN)
-    psql(f"CREATE DATABASE {DB}", ADMIN)
-    cli("migrate")
-    project = cli("project", "create", "--id", "replica-test", "--number", "4711")
-    app = cli("app", "create", "--project", "replica-test", "--platform", "web")
+    DB.create()
+    DB.cli("migrate")
+    project = DB.cli("project", "create", "--id", "replica-test", "--number", "4711")
+    app = DB.cli("app", "create", "--project", "replica-test", "--platform", "web")
     server = {"Authorization": "Bearer " + project["serverKey"]}
     receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
@@ -158,7 +114,7 @@ def main():
         deadline = time.time() + 60
         done = 0
         while time.time() < deadline:
-            done = int(psql("SELECT count(*) FROM deletions WHERE completed_at IS NOT NULL"))
+            done = int(DB.psql("SELECT count(*) FROM deletions WHERE completed_at IS NOT NULL"))
             if done >= len(fids):
                 break
             time.sleep(0.5)
@@ -198,9 +154,8 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
         receiver.shutdown()
-        psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", ADMIN)
-    print(f"replicas: {results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+        DB.drop()
+    return summary("replicas")
 
 
 if __name__ == "__main__":

@@ -6,82 +6,31 @@ exited 0, and the remaining replica served on. Bounded: about 15 s of load, 120 
 
 Needs TEST_DATABASE_URL (scripts/test.sh sets it), haproxy, and a debug build of token-registry.
 """
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, ".build/debug/token-registry")
-ADMIN = os.environ["TEST_DATABASE_URL"]
-DB = f"topology_{os.getpid()}"
-URL = ADMIN.replace("dbname=postgres", f"dbname={DB}")
+from harness import BIN, Database, check, free_port, request, summary, wait_ready
+
 RETRYABLE = {502, 503, 504}
-results = {"passed": 0, "failed": 0}
-
-
-def check(name, ok, detail=""):
-    results["passed" if ok else "failed"] += 1
-    print(f"{'ok' if ok else 'FAILED'}: {name}{(' — ' + detail) if detail and not ok else ''}", flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def psql(sql, url=URL):
-    return subprocess.run(["psql", url, "-Atqc", sql], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def cli(*args):
-    out = subprocess.run([BIN, *args], env={**os.environ, "DATABASE_URL": URL}, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
-
-
-def request(method, url, body=None, headers=None, timeout=10):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        return e.code, None
-    except Exception as e:  # connection-level failure: not a status at all
-        return None, str(e)
-
-
-def wait_ready(port, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if request("GET", f"http://127.0.0.1:{port}/readyz", timeout=2)[0] == 200:
-            return True
-        time.sleep(0.1)
-    return False
+DB = Database("topology")
 
 
 def main():
-    psql(f"DROP DATABASE IF EXISTS {DB}", ADMIN)
-    psql(f"CREATE DATABASE {DB}", ADMIN)
-    cli("migrate")
-    project = cli("project", "create", "--id", "topology-test", "--number", "31337")
-    app = cli("app", "create", "--project", "topology-test", "--platform", "web")
+    DB.create()
+    DB.cli("migrate")
+    project = DB.cli("project", "create", "--id", "topology-test", "--number", "31337")
+    app = DB.cli("app", "create", "--project", "topology-test", "--platform", "web")
     server = {"Authorization": "Bearer " + project["serverKey"]}
     workdir = tempfile.mkdtemp(prefix="topology-")
     replicas, ports = [], [free_port() for _ in range(3)]
     for port in ports:
         log = open(os.path.join(workdir, f"replica-{port}.log"), "w")
-        env = {**os.environ, "DATABASE_URL": URL, "PORT": str(port), "HOST": "127.0.0.1", "LOG_LEVEL": "warning",
+        env = {**os.environ, "DATABASE_URL": DB.url, "PORT": str(port), "HOST": "127.0.0.1", "LOG_LEVEL": "warning",
                "DRAIN_TIMEOUT_SECONDS": "5", "RATE_LIMIT_CREATE_PER_ADDRESS": "0", "RATE_LIMIT_CREATE_PER_KEY": "0"}
         replicas.append(subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log))
     lb_port = free_port()
@@ -156,10 +105,10 @@ backend replicas
         after = [s for t, s in outcomes if t > killed_at + 1]
         check("the remaining replica served on after the kills", sum(1 for s in after if s and 200 <= s < 300) > 20,
               f"{len(after)} requests after the kills")
-        stored = set(psql("SELECT fid FROM installations WHERE project_id = 'topology-test'").split())
+        stored = set(DB.psql("SELECT fid FROM installations WHERE project_id = 'topology-test'").split())
         missing = [f for f in acknowledged_fids if f not in stored]
         check(f"all {len(acknowledged_fids)} acknowledged installations are stored", not missing, f"missing: {missing[:5]}")
-        ledger = set(tuple(line.split("|")) for line in psql(
+        ledger = set(tuple(line.split("|")) for line in DB.psql(
             "SELECT fid, granted FROM consent_events WHERE project_id = 'topology-test' AND actor = 'server'").splitlines())
         lost = [c for c in acknowledged_consents if (c[0], "t" if c[1] else "f") not in ledger]
         check(f"all {len(acknowledged_consents)} acknowledged consent decisions are in the ledger", not lost, f"lost: {lost[:5]}")
@@ -173,9 +122,8 @@ backend replicas
         for r in replicas:
             if r.poll() is None:
                 r.kill()
-        psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", ADMIN)
-    print(f"topology: {results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+        DB.drop()
+    return summary("topology")
 
 
 if __name__ == "__main__":
