@@ -35,7 +35,6 @@ public struct APIError: Error, Sendable {
             case .permissionDenied: return APIError(403, "PERMISSION_DENIED", e.message)
             case .notFound: return APIError(404, "NOT_FOUND", e.message)
             case .alreadyExists: return APIError(409, "ALREADY_EXISTS", e.message)
-            case .conflict: return APIError(409, "ABORTED", e.message)
             case .failedPrecondition: return APIError(400, "FAILED_PRECONDITION", e.message)
             case .resourceExhausted: return APIError(429, "RESOURCE_EXHAUSTED", e.message)
             default: return APIError(500, "INTERNAL", "internal error")

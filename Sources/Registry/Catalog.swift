@@ -27,7 +27,6 @@ public struct App: Sendable, Equatable {
 /// Storage of projects, apps and server keys.
 public protocol CatalogStore: Sendable {
     func insertProject(_ project: Project, serverKeyHash: [UInt8]) async throws
-    func addServerKey(projectID: String, keyHash: [UInt8]) async throws
     func insertApp(_ app: App) async throws
     func project(idOrNumber: String) async throws -> Project?
     func app(id: String) async throws -> App?
@@ -68,13 +67,6 @@ public final class Catalog: Sendable {
         }
         let key = try Identifiers.newServerKey()
         try await store.insertProject(Project(id: id, number: number), serverKeyHash: SHA256.hash(key))
-        return key
-    }
-
-    /// Adds another server key to a project (for rotation); returns it once.
-    public func addServerKey(project: Project) async throws -> String {
-        let key = try Identifiers.newServerKey()
-        try await store.addServerKey(projectID: project.id, keyHash: SHA256.hash(key))
         return key
     }
 

@@ -19,10 +19,6 @@ public struct PostgresCatalogStore: CatalogStore {
         }
     }
 
-    public func addServerKey(projectID: String, keyHash: [UInt8]) async throws {
-        try await pool.query("INSERT INTO server_keys (key_hash, project_id) VALUES (\(ByteA(keyHash)), \(projectID))")
-    }
-
     public func insertApp(_ app: App) async throws {
         try await pool.query(
             """

@@ -10,8 +10,6 @@ public struct RegistryError: Error, Sendable, Equatable, CustomStringConvertible
         public static let alreadyExists = Kind("alreadyExists")
         /// The request is valid but the resource is not in a state that allows it (e.g. consent withdrawn).
         public static let failedPrecondition = Kind("failedPrecondition")
-        /// Gone for good (deleted installation, for routes that tell it apart from unknown).
-        public static let conflict = Kind("conflict")
         public static let resourceExhausted = Kind("resourceExhausted")
     }
 
