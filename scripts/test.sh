@@ -12,6 +12,6 @@ trap 'scripts/pg-test-cluster.sh stop' EXIT
 swift build
 swift build --build-tests
 swift test
-python3 tests/topology.py
-python3 tests/replicas.py
+python3 integration/topology.py
+python3 integration/replicas.py
 conformance/run.sh

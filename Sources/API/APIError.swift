@@ -1,6 +1,5 @@
 import HTTP
 import JSON
-import Postgres
 import Registry
 
 /// An error as the client sees it: Google-style JSON `{"error":{"code","message","status"}}`, where `code`
@@ -36,15 +35,15 @@ public struct APIError: Error, Sendable {
             case .notFound: return APIError(404, "NOT_FOUND", e.message)
             case .alreadyExists: return APIError(409, "ALREADY_EXISTS", e.message)
             case .failedPrecondition: return APIError(400, "FAILED_PRECONDITION", e.message)
-            case .resourceExhausted: return APIError(429, "RESOURCE_EXHAUSTED", e.message)
+            case .aborted: return APIError(409, "ABORTED", e.message)
+            case .unavailable:
+                var unavailable = APIError(503, "UNAVAILABLE", e.message)
+                unavailable.headers.add(name: "retry-after", value: "1")
+                return unavailable
             default: return APIError(500, "INTERNAL", "internal error")
             }
         case let e as JSONParseError:
             return APIError(400, "INVALID_ARGUMENT", "Invalid JSON payload received: \(e.description)")
-        case let e as PostgresError where e.isUnavailable:
-            var unavailable = APIError(503, "UNAVAILABLE", "the database is unavailable; retry later")
-            unavailable.headers.add(name: "retry-after", value: "1")
-            return unavailable
         default:
             return APIError(500, "INTERNAL", "internal error")
         }

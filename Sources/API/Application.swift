@@ -2,24 +2,15 @@ import Crypto
 import Foundation
 import HTTP
 import JSON
-import Postgres
 import Registry
 import Synchronization
 
-/// The service: database pool, domain services, routes and the HTTP server, built by one function so tests
-/// build exactly what production runs, on port 0.
+/// The service: the domain's services, the routes and the HTTP server. Built by ``build(configuration:stores:clock:logger:transport:)``
+/// from a set of stores, so tests build exactly what production runs, on port 0; the composition root chooses the
+/// stores (PostgreSQL in production).
 public final class Application: Sendable {
     public let configuration: Configuration
-    public let pool: PostgresPool
-    public let catalog: Catalog
-    public let installations: InstallationService
-    public let consent: ConsentService
-    public let tokens: TokenIssuer
-    public let registrations: RegistrationService
-    public let targeting: TargetingService
-    public let deletions: DeletionService
-    public let jobs: Jobs
-    public let clock: any Clock
+    public let services: RegistryServices
     public let logger: Logger
     public let metrics = Metrics()
     let routes: Routes
@@ -27,72 +18,59 @@ public final class Application: Sendable {
     private let server = Mutex<HTTPServer?>(nil)
     private let background = Mutex<[Task<Void, Never>]>([])
 
-    /// Connects to `conninfo` (migrated already) and assembles the service.
+    public var catalog: Catalog { services.catalog }
+    public var tokens: TokenIssuer { services.tokens }
+    public var installations: InstallationService { services.installations }
+    public var consent: ConsentService { services.consent }
+    public var registrations: RegistrationService { services.registrations }
+    public var topics: TopicService { services.topics }
+    public var targeting: TargetingService { services.targeting }
+    public var deletions: DeletionService { services.deletions }
+    public var jobs: Jobs { services.jobs }
+    public var clock: any Clock { services.clock }
+
+    /// Assembles the service on `stores` (already migrated).
     public static func build(
-        configuration: Configuration, conninfo: String, clock: any Clock = SystemClock(),
+        configuration: Configuration, stores: RegistryStores, clock: any Clock = SystemClock(),
         logger: Logger? = nil,
         transport: any DeliveryTransport = URLSessionDeliveryTransport()
     ) async throws -> Application {
-        let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: configuration.databasePoolSize))
-        let tokens = TokenIssuer(pool: pool, clock: clock)
-        try await tokens.reload()
-        let fidKey = try await ServerSecrets.load("fid-hmac", pool: pool)
+        let services = try await RegistryServices.make(
+            stores: stores, clock: clock,
+            freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays),
+            policy: configuration.deletionPolicy, transport: transport)
         return Application(
-            configuration: configuration, pool: pool, tokens: tokens, fidKey: fidKey, clock: clock,
-            logger: logger ?? Logger(level: configuration.logLevel), transport: transport)
+            configuration: configuration, services: services, logger: logger ?? Logger(level: configuration.logLevel))
     }
 
-    private init(
-        configuration: Configuration, pool: PostgresPool, tokens: TokenIssuer, fidKey: [UInt8], clock: any Clock,
-        logger: Logger, transport: any DeliveryTransport
-    ) {
+    private init(configuration: Configuration, services: RegistryServices, logger: Logger) {
         self.configuration = configuration
-        self.pool = pool
-        self.tokens = tokens
-        self.clock = clock
+        self.services = services
         self.logger = logger
-        catalog = Catalog(store: PostgresCatalogStore(pool: pool))
-        installations = InstallationService(
-            store: PostgresInstallationStore(pool: pool), tokens: tokens, clock: clock, fidKey: fidKey)
-        consent = ConsentService(store: PostgresConsentStore(pool: pool), clock: clock)
-        registrations = RegistrationService(
-            registrations: PostgresRegistrationStore(pool: pool), topics: PostgresTopicStore(pool: pool),
-            consent: consent, installations: installations, clock: clock)
-        targeting = TargetingService(
-            pool: pool, clock: clock,
-            freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays))
-        deletions = DeletionService(pool: pool, clock: clock, policy: configuration.deletionPolicy, fidKey: fidKey)
-        jobs = Jobs(
-            pool: pool, deletions: deletions, installations: installations, transport: transport,
-            freshness: targeting.freshness)
-        routes = Application.makeRoutes(
-            configuration: configuration, catalog: catalog, installations: installations, consent: consent,
-            registrations: registrations, targeting: targeting, deletions: deletions, jobs: jobs, clock: clock)
+        routes = Application.makeRoutes(configuration: configuration, services: services)
     }
 
-    private static func makeRoutes(
-        configuration: Configuration, catalog: Catalog, installations: InstallationService,
-        consent: ConsentService, registrations: RegistrationService, targeting: TargetingService,
-        deletions: DeletionService, jobs: Jobs, clock: any Clock
-    ) -> Routes {
+    private static func makeRoutes(configuration: Configuration, services s: RegistryServices) -> Routes {
         var routes = Routes()
-        let auth = Authenticator(catalog: catalog, installations: installations)
+        let auth = Authenticator(catalog: s.catalog, installations: s.installations)
         let limits = InstallationsController.CreateLimits(
             perKey: RateLimiter(
                 ratePerSecond: configuration.createRatePerKey, burst: configuration.createRatePerKey * 2),
             perAddress: RateLimiter(
                 ratePerSecond: configuration.createRatePerAddress, burst: configuration.createRatePerAddress * 2),
             trustForwardedFor: configuration.trustForwardedFor)
-        InstallationsController(auth: auth, installations: installations, catalog: catalog, createLimits: limits)
+        InstallationsController(auth: auth, installations: s.installations, catalog: s.catalog, createLimits: limits)
             .register(&routes)
-        ConsentController(auth: auth, installations: installations, consent: consent).register(&routes)
-        RegistrationsController(auth: auth, registrations: registrations, targeting: targeting).register(&routes)
-        TopicsController(auth: auth, registrations: registrations, targeting: targeting, clock: clock).register(&routes)
+        ConsentController(auth: auth, installations: s.installations, consent: s.consent).register(&routes)
+        RegistrationsController(auth: auth, registrations: s.registrations, targeting: s.targeting).register(&routes)
+        TopicsController(auth: auth, registrations: s.registrations, topics: s.topics, targeting: s.targeting)
+            .register(&routes)
         IIDController(
-            auth: auth, catalog: catalog, registrations: registrations, installations: installations, clock: clock
+            auth: auth, catalog: s.catalog, registrations: s.registrations, topics: s.topics,
+            installations: s.installations
         )
         .register(&routes)
-        DeletionsController(auth: auth, deletions: deletions, jobs: jobs).register(&routes)
+        DeletionsController(auth: auth, deletions: s.deletions, feed: s.feed).register(&routes)
         return routes
     }
 
@@ -100,7 +78,7 @@ public final class Application: Sendable {
     private func opsRoutes() -> Routes {
         var routes = self.routes
         OpsController(
-            pool: pool, migrator: Schema.migrator, tokens: tokens, metrics: metrics, jobs: jobs,
+            health: services.health, tokens: services.tokens, metrics: metrics, jobs: services.jobs,
             draining: { [weak self] in self?.draining.load(ordering: .relaxed) ?? true },
             serverGauges: { [weak self] in self?.serverGauges() ?? [] }
         ).register(&routes)
@@ -112,21 +90,9 @@ public final class Application: Sendable {
 
     private func serverGauges() -> [String] {
         guard let server = server.withLock({ $0 }) else { return [] }
-        var lines = [
-            "# HELP http_open_connections Client connections open now.", "# TYPE http_open_connections gauge",
-            "http_open_connections \(server.openConnections)",
-            "# HELP http_in_flight_requests Requests being handled now.", "# TYPE http_in_flight_requests gauge",
-            "http_in_flight_requests \(server.inFlightRequests)",
-            "# HELP http_refused_connections_total Connections refused at the connection limit.",
-            "# TYPE http_refused_connections_total counter",
-            "http_refused_connections_total \(server.refusedConnections)",
-            "# HELP http_protocol_errors_total Requests rejected by the HTTP parser, by status.",
-            "# TYPE http_protocol_errors_total counter",
-        ]
-        for (status, count) in server.protocolErrors.sorted(by: { $0.key < $1.key }) {
-            lines.append("http_protocol_errors_total{status=\"\(status)\"} \(count)")
-        }
-        return lines
+        return PrometheusText.serverGauges(
+            open: server.openConnections, inFlight: server.inFlightRequests, refused: server.refusedConnections,
+            protocolErrors: server.protocolErrors)
     }
 
     // MARK: - Running
@@ -140,7 +106,7 @@ public final class Application: Sendable {
         let http = HTTPServer(
             configuration: configuration.http,
             errorResponse: { status, message in
-                APIError(status, Application.canonical(status), message).response
+                APIError(status, CanonicalStatus.code(for: status), message).response
             }, logger: { [logger] message in logger.warning(message) }
         ) { [weak self] request in
             guard let self else { return APIError(503, "UNAVAILABLE", "shutting down").response }
@@ -157,7 +123,7 @@ public final class Application: Sendable {
     public func startJobs() {
         let interval = configuration.jobsIntervalSeconds
         guard interval > 0 else { return }
-        let jobs = self.jobs
+        let jobs = services.jobs
         let logger = self.logger
         let scheduler = Task {
             while !Task.isCancelled {
@@ -176,14 +142,20 @@ public final class Application: Sendable {
         background.withLock { $0 += [scheduler, relay] }
     }
 
-    /// Readiness turns false, listeners close, in-flight requests finish, then the pool closes.
+    /// Readiness turns false, the jobs stop (awaited), listeners close, in-flight requests finish, then the
+    /// store's connections close.
     public func shutdown() async {
         draining.store(true, ordering: .relaxed)
-        for task in background.withLock({ $0 }) { task.cancel() }
+        let tasks = background.withLock { tasks in
+            defer { tasks = [] }
+            return tasks
+        }
+        for task in tasks { task.cancel() }
         if let http = server.withLock({ $0 }) {
             await http.shutdown(drainTimeout: configuration.drainTimeoutSeconds)
         }
-        pool.close()
+        for task in tasks { await task.value }
+        services.health.close()
         logger.info("stopped")
     }
 
@@ -217,50 +189,36 @@ public final class Application: Sendable {
             }
         case let .methodNotAllowed(allowed):
             var error = APIError(
-                405, "INVALID_ARGUMENT",
-                "method \(request.method) is not allowed here; allowed: \(allowed.joined(separator: ", "))")
+                405, CanonicalStatus.code(for: 405),
+                "method \(request.method.prefix(32)) is not allowed here; allowed: \(allowed.joined(separator: ", "))")
             error.headers.add(name: "allow", value: allowed.joined(separator: ", "))
             response = error.response
         case .notFound:
-            response = APIError.notFound("no route for \(request.method) \(request.path.prefix(200))").response
+            response = APIError.notFound("no route for \(request.method.prefix(32)) \(request.path.prefix(200))").response
         case let .badPath(reason):
             response = APIError.invalid(reason).response
         }
         response.headers.add(name: "x-request-id", value: requestID)
         let elapsed = ContinuousClock.now - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        metrics.observe(method: request.method, route: template, status: response.status, seconds: seconds)
+        let method = HTTPMethod.label(request.method)
+        metrics.observe(method: method, route: template, status: response.status, seconds: seconds)
         if logger.level <= .info {
             logger.info(
                 "request",
                 [
-                    ("requestId", .string(requestID)), ("method", .string(request.method)),
-                    ("route", .string(template)),
+                    ("requestId", .string(requestID)), ("method", .string(method)), ("route", .string(template)),
                     ("status", .int(response.status)), ("durationMs", .number(String(format: "%.3f", seconds * 1000))),
                 ])
         }
         return response
     }
 
-    /// Uses the caller's `X-Request-Id` when it is a short token, else makes one.
+    /// Uses the caller's `X-Request-Id` when it is a short token of visible ASCII, else makes one.
     static func requestID(_ given: String?) -> String {
-        if let given, (1...64).contains(given.utf8.count),
-            given.utf8.allSatisfy({
-                Identifiers.isPlainText(String(UnicodeScalar($0)), limit: 1) && $0 != 0x20 && $0 < 0x80
-            })
-        {
+        if let given, (1...64).contains(given.utf8.count), given.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) {
             return given
         }
         return Hex.encode((try? SecureRandom.bytes(8)) ?? [])
-    }
-
-    static func canonical(_ status: Int) -> String {
-        switch status {
-        case 400, 405, 411, 414, 415, 417, 431, 505: return "INVALID_ARGUMENT"
-        case 408: return "DEADLINE_EXCEEDED"
-        case 413: return "OUT_OF_RANGE"
-        case 503: return "UNAVAILABLE"
-        default: return "UNKNOWN"
-        }
     }
 }

@@ -39,17 +39,30 @@ public struct Authenticator: Sendable {
     }
 
     /// True when the request carries a server key (`Authorization: Bearer …`).
-    public func hasServerKey(_ context: RequestContext) -> Bool {
-        context.header("authorization").map { $0.lowercased().hasPrefix("bearer ") } ?? false
+    public func hasServerKey(_ context: RequestContext) -> Bool { Authenticator.serverKey(context) != nil }
+
+    /// The key of `Authorization: Bearer <key>`, or of the legacy `Authorization: key=<key>` the IID API accepts.
+    static func serverKey(_ context: RequestContext, allowLegacy: Bool = false) -> String? {
+        guard let authorization = context.header("authorization") else { return nil }
+        let lowered = authorization.lowercased()
+        if lowered.hasPrefix("bearer ") { return String(authorization.dropFirst(7)).trimmingCharacters(in: " ") }
+        if allowLegacy, lowered.hasPrefix("key=") { return String(authorization.dropFirst(4)).trimmingCharacters(in: " ") }
+        return nil
+    }
+
+    /// The project whose server key came with the request (IID routes name no project), or nil.
+    public func serverKeyProject(_ context: RequestContext) async throws -> Project? {
+        guard let key = Authenticator.serverKey(context, allowLegacy: true),
+            let projectID = try await catalog.projectID(serverKey: key)
+        else { return nil }
+        return try await catalog.project(projectID)
     }
 
     /// Requires a server key of `project`.
     public func server(_ context: RequestContext, project: Project) async throws {
-        guard let authorization = context.header("authorization"), authorization.lowercased().hasPrefix("bearer ")
-        else {
+        guard let key = Authenticator.serverKey(context) else {
             throw APIError.unauthenticated("a server key is required (Authorization: Bearer <server key>)")
         }
-        let key = String(authorization.dropFirst(7)).trimmingCharacters(in: " ")
         guard let owner = try await catalog.projectID(serverKey: key) else {
             throw APIError.unauthenticated("the server key is not valid")
         }

@@ -4,7 +4,8 @@ import JSON
 
 /// Structured JSON logs, one line per event on standard output, written with a single `write` each.
 ///
-/// Nothing secret is ever passed here: tokens and keys are logged only as ``Logger/redact(_:)`` prefixes.
+/// Nothing secret is passed here: request lines carry the route template, never the raw path (paths can hold
+/// registration tokens), and store errors arrive without the database's DETAIL lines, which quote key values.
 public struct Logger: Sendable {
     public enum Level: Int, Sendable, Comparable {
         case debug, info, warning, error
@@ -44,9 +45,6 @@ public struct Logger: Sendable {
     public func info(_ message: String, _ fields: [(String, JSONValue)] = []) { log(.info, message, fields) }
     public func warning(_ message: String, _ fields: [(String, JSONValue)] = []) { log(.warning, message, fields) }
     public func error(_ message: String, _ fields: [(String, JSONValue)] = []) { log(.error, message, fields) }
-
-    /// The first characters of a secret-bearing value, enough to correlate, never enough to use.
-    public static func redact(_ secret: String) -> String { String(secret.prefix(6)) + "…" }
 
     static func timestamp() -> String {
         var ts = timespec()

@@ -46,12 +46,12 @@ public final class Metrics: Sendable {
             ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status)
         }) {
             out +=
-                "http_requests_total{method=\"\(key.method)\",route=\"\(escape(key.route))\",status=\"\(key.status)\"} \(value)\n"
+                "http_requests_total{method=\"\(key.method)\",route=\"\(PrometheusText.escape(key.route))\",status=\"\(key.status)\"} \(value)\n"
         }
         out += "# HELP http_request_duration_seconds Time from parsed request to response, by route template.\n"
         out += "# TYPE http_request_duration_seconds histogram\n"
         for (route, h) in snapshot.latency.sorted(by: { $0.key < $1.key }) {
-            let label = escape(route)
+            let label = PrometheusText.escape(route)
             for (i, bound) in Metrics.buckets.enumerated() {
                 out += "http_request_duration_seconds_bucket{route=\"\(label)\",le=\"\(bound)\"} \(h.counts[i])\n"
             }
@@ -61,35 +61,5 @@ public final class Metrics: Sendable {
         }
         for line in extra { out += line + "\n" }
         return out
-    }
-
-    private func escape(_ s: String) -> String {
-        s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-    }
-}
-
-extension String {
-    func replacingOccurrences(of target: String, with replacement: String) -> String {
-        guard !target.isEmpty, contains(target) else { return self }
-        var result = ""
-        var rest = Substring(self)
-        while let range = rest.range(of: target) {
-            result += rest[..<range.lowerBound]
-            result += replacement
-            rest = rest[range.upperBound...]
-        }
-        return result + rest
-    }
-}
-
-extension Substring {
-    func range(of target: String) -> Range<Substring.Index>? {
-        guard !target.isEmpty else { return nil }
-        var index = startIndex
-        while index < endIndex {
-            if self[index...].hasPrefix(target) { return index..<self.index(index, offsetBy: target.count) }
-            index = self.index(after: index)
-        }
-        return nil
     }
 }

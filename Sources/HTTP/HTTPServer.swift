@@ -5,7 +5,8 @@ import Synchronization
 /// What the server calls for each request. It must always return a response; errors are the caller's to map.
 public typealias HTTPHandler = @Sendable (HTTPRequest) async -> HTTPResponse
 
-/// An HTTP/1.1 server: one epoll event loop per core, each with its own `SO_REUSEPORT` listener.
+/// An HTTP/1.1 server: one epoll event loop per core, all on one shared listener (`EPOLLEXCLUSIVE` wakes one loop
+/// per connection; without `SO_REUSEPORT`, so a second instance on the same port fails to bind).
 ///
 /// ```swift
 /// let server = HTTPServer(configuration: .init(port: 0)) { request in HTTPResponse(status: 200) }
@@ -90,14 +91,7 @@ public final class HTTPServer: Sendable {
 
     /// A Google-style JSON error body: `{"error":{"code","message","status"}}`.
     public static let defaultErrorResponse: @Sendable (Int, String) -> HTTPResponse = { status, message in
-        let canonical: String
-        switch status {
-        case 400, 411, 414, 415, 417, 431, 505: canonical = "INVALID_ARGUMENT"
-        case 408: canonical = "DEADLINE_EXCEEDED"
-        case 413: canonical = "OUT_OF_RANGE"
-        case 503: canonical = "UNAVAILABLE"
-        default: canonical = "UNKNOWN"
-        }
+        let canonical = CanonicalStatus.code(for: status)
         var escaped = ""
         for c in message.unicodeScalars {
             switch c {

@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import Postgres
 import Synchronization
 
 /// A project: its ID and number (clients may name it by either).
@@ -22,6 +21,17 @@ public struct App: Sendable, Equatable {
     public let bundleID: String?
     public let apiKey: String
     public let autoInitDefault: Bool
+
+    public init(
+        id: String, projectID: String, platform: Platform, bundleID: String?, apiKey: String, autoInitDefault: Bool
+    ) {
+        self.id = id
+        self.projectID = projectID
+        self.platform = platform
+        self.bundleID = bundleID
+        self.apiKey = apiKey
+        self.autoInitDefault = autoInitDefault
+    }
 }
 
 /// Storage of projects, apps and server keys.
@@ -38,14 +48,15 @@ public protocol CatalogStore: Sendable {
 /// Projects, apps and server keys, with a short-lived cache in front of the store: these rows change rarely and
 /// are read on every request. A rotated-out server key stops working within ``cacheTTL``.
 public final class Catalog: Sendable {
-    public static let cacheTTL: TimeInterval = 30
+    public static let cacheTTL: Double = 30
 
     private struct Entry<Value: Sendable>: Sendable {
         let value: Value?
-        let expires: Date
+        /// Monotonic: a cache entry's age has nothing to do with the (injectable) domain clock.
+        let expires: ContinuousClock.Instant
     }
 
-    public let store: any CatalogStore
+    let store: any CatalogStore
     private let projects = Mutex<[String: Entry<Project>]>([:])
     private let apps = Mutex<[String: Entry<App>]>([:])
     private let keys = Mutex<[[UInt8]: Entry<String>]>([:])
@@ -129,7 +140,7 @@ public final class Catalog: Sendable {
     {
         cache.withLock { entries in
             guard let entry = entries[key] else { return nil }
-            return entry.expires > Date() ? entry : nil
+            return entry.expires > .now ? entry : nil
         }
     }
 
@@ -140,7 +151,7 @@ public final class Catalog: Sendable {
         let ttl = value == nil ? 2 : Catalog.cacheTTL
         cache.withLock { entries in
             if entries.count > 50_000 { entries.removeAll() }
-            entries[key] = Entry(value: value, expires: Date().addingTimeInterval(ttl))
+            entries[key] = Entry(value: value, expires: .now + .seconds(ttl))
         }
     }
 }

@@ -1,8 +1,8 @@
 import Foundation
 import Synchronization
 
-/// Where the registry reads the time. Jobs and rules take it from here, so a test can move through
-/// 180 days in a second.
+/// Where the domain reads the time for what it stamps on records (creation, refresh, consent decisions) and for
+/// the rules it computes (staleness, deadlines), so a test can move through 180 days in a second.
 public protocol Clock: Sendable {
     func now() -> Date
 }

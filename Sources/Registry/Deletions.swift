@@ -1,33 +1,70 @@
 import Crypto
 import Foundation
-import JSON
-import Postgres
 
 /// A service that holds installation data and must hear of every deletion.
 public struct LinkedService: Sendable, Equatable {
     public let name: String
     public let endpoint: String
     public let createdAt: Date
-}
 
-/// What a linked service's endpoint answered.
-public enum DeliveryResponse: Sendable, Equatable {
-    case status(Int)
-    case failed(String)
-}
-
-/// Sends a signed deletion notice; the registry does not know HTTP, so the API layer provides this.
-public protocol DeliveryTransport: Sendable {
-    func post(endpoint: String, body: [UInt8], headers: [(String, String)]) async -> DeliveryResponse
+    public init(name: String, endpoint: String, createdAt: Date) {
+        self.name = name
+        self.endpoint = endpoint
+        self.createdAt = createdAt
+    }
 }
 
 /// One service's part of a deletion receipt.
 public struct DeliveryStatus: Sendable, Equatable {
     public let service: String
-    public let state: String
+    public let state: DeliveryState
     public let attempts: Int
     public let lastError: String?
     public let acknowledgedAt: Date?
+
+    public init(service: String, state: DeliveryState, attempts: Int, lastError: String?, acknowledgedAt: Date?) {
+        self.service = service
+        self.state = state
+        self.attempts = attempts
+        self.lastError = lastError
+        self.acknowledgedAt = acknowledgedAt
+    }
+}
+
+/// A deletion as stored: live (its FID still in clear, for the audit period) or purged at its deadline with
+/// services unacknowledged (known only by the FID's keyed hash).
+public struct DeletionRecord: Sendable, Equatable {
+    public let id: Int64
+    public let fid: String?
+    public let fidHash: [UInt8]
+    public let reason: DeletionReason
+    public let requestedAt: Date
+    public let deadline: Date
+    public let completedAt: Date?
+    public let purged: Bool
+    public let services: [DeliveryStatus]
+
+    public init(
+        id: Int64, fid: String?, fidHash: [UInt8], reason: DeletionReason, requestedAt: Date, deadline: Date,
+        completedAt: Date?, purged: Bool, services: [DeliveryStatus]
+    ) {
+        self.id = id
+        self.fid = fid
+        self.fidHash = fidHash
+        self.reason = reason
+        self.requestedAt = requestedAt
+        self.deadline = deadline
+        self.completedAt = completedAt
+        self.purged = purged
+        self.services = services
+    }
+
+    /// The receipt's state at `now`: done once every service confirmed; overdue once the deadline passed first.
+    public func state(at now: Date) -> ReceiptState {
+        if purged { return .overdue }
+        if completedAt != nil { return .done }
+        return now >= deadline ? .overdue : .pending
+    }
 }
 
 /// The proof of a deletion: what was asked, by when, and which services confirmed.
@@ -35,11 +72,40 @@ public struct DeletionReceipt: Sendable, Equatable {
     public let id: Int64
     public let fid: String?
     public let fidHash: String
-    public let reason: String
+    public let reason: DeletionReason
     public let requestedAt: Date
     public let deadline: Date
-    public let state: String
+    public let state: ReceiptState
     public let services: [DeliveryStatus]
+
+    init(_ record: DeletionRecord, at now: Date) {
+        id = record.id
+        fid = record.fid
+        fidHash = Hex.encode(record.fidHash)
+        reason = record.reason
+        requestedAt = record.requestedAt
+        deadline = record.deadline
+        state = record.state(at: now)
+        services = record.services
+    }
+}
+
+/// Storage of linked services, deletion records and acknowledgements.
+public protocol DeletionStore: Sendable {
+    /// - Returns: false when the project already has a service of that name.
+    func addLinkedService(projectID: String, service: LinkedService, secret: String) async throws -> Bool
+    func linkedServices(projectID: String) async throws -> [LinkedService]
+    /// Removes a service and its unconfirmed deliveries; a deletion left with none pending completes at `at`.
+    func removeLinkedService(projectID: String, name: String, at: Date) async throws -> Bool
+    /// The live deletion record of a FID, or the purged one known by its hash.
+    func deletion(projectID: String, fid: String, fidHash: [UInt8]) async throws -> DeletionRecord?
+    /// Records in the given state at `now`, in id order after `afterID`.
+    func deletions(projectID: String, state: ReceiptState, at now: Date, afterID: Int64, limit: Int) async throws
+        -> [DeletionRecord]
+    /// Marks the service's delivery confirmed; completes the deletion when it was the last.
+    ///
+    /// - Returns: false when no such delivery is on record.
+    func acknowledge(projectID: String, fid: String, service: String, at: Date) async throws -> Bool
 }
 
 /// Timing of the deletion machinery; every value is configurable.
@@ -70,20 +136,16 @@ public struct DeletionPolicy: Sendable {
 
 /// Linked services, deletion receipts, acknowledgements.
 public struct DeletionService: Sendable {
-    let pool: PostgresPool
+    let store: any DeletionStore
     public let clock: any Clock
     public let policy: DeletionPolicy
-    let fidKey: [UInt8]
+    let fidHasher: FIDHasher
 
-    public init(pool: PostgresPool, clock: any Clock, policy: DeletionPolicy, fidKey: [UInt8]) {
-        self.pool = pool
+    public init(store: any DeletionStore, clock: any Clock, policy: DeletionPolicy, fidHasher: FIDHasher) {
+        self.store = store
         self.clock = clock
         self.policy = policy
-        self.fidKey = fidKey
-    }
-
-    public func fidHash(projectID: String, fid: String) -> [UInt8] {
-        HMACSHA256.authenticate(Array((projectID + "\u{0}" + fid).utf8), key: fidKey)
+        self.fidHasher = fidHasher
     }
 
     // MARK: - Linked services
@@ -108,162 +170,42 @@ public struct DeletionService: Sendable {
             throw RegistryError.invalid("endpoint", "host \(host) is not in LINKED_SERVICE_HOSTS")
         }
         let secret = "whsec_" + Base64URL.encode(try SecureRandom.bytes(32))
-        let now = clock.now()
-        do {
-            try await pool.query(
-                """
-                INSERT INTO linked_services (project_id, name, endpoint, secret, created_at)
-                VALUES (\(projectID), \(name), \(endpoint), \(secret), \(now))
-                """)
-        } catch let error as PostgresError where error.sqlState == PostgresError.uniqueViolation {
+        let service = LinkedService(name: name, endpoint: endpoint, createdAt: clock.now())
+        guard try await store.addLinkedService(projectID: projectID, service: service, secret: secret) else {
             throw RegistryError(.alreadyExists, "linked service \(name) already exists")
         }
-        return (LinkedService(name: name, endpoint: endpoint, createdAt: now), secret)
+        return (service, secret)
     }
 
     public func linkedServices(projectID: String) async throws -> [LinkedService] {
-        try await pool.query(
-            "SELECT name, endpoint, created_at FROM linked_services WHERE project_id = \(projectID) ORDER BY name"
-        ).map {
-            LinkedService(
-                name: try $0.require("name"), endpoint: try $0.require("endpoint"),
-                createdAt: try $0.require("created_at"))
-        }
+        try await store.linkedServices(projectID: projectID)
     }
 
     /// Removes a service; its pending deliveries are dropped (it no longer holds data to delete).
     public func removeLinkedService(projectID: String, name: String) async throws -> Bool {
-        try await pool.withTransaction { c in
-            let removed = try await c.query(
-                "DELETE FROM linked_services WHERE project_id = \(projectID) AND name = \(name)")
-            guard removed.affectedRows == 1 else { return false }
-            let affected = try await c.query(
-                """
-                DELETE FROM deletion_deliveries d USING deletions del
-                WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND d.service = \(name) AND d.state <> 'acknowledged'
-                RETURNING d.deletion_id
-                """)
-            for row in affected {
-                try await DeletionService.completeIfDone(try row.require("deletion_id"), at: clock.now(), on: c)
-            }
-            return true
-        }
+        try await store.removeLinkedService(projectID: projectID, name: name, at: clock.now())
     }
 
     // MARK: - Receipts
 
     public func receipt(projectID: String, fid: String) async throws -> DeletionReceipt? {
-        if let row = try await pool.query("SELECT * FROM deletions WHERE project_id = \(projectID) AND fid = \(fid)")
-            .first
-        {
-            return try await receipt(row)
-        }
-        // Purged at its deadline with services unacknowledged: known only by the keyed hash.
-        let hash = ByteA(fidHash(projectID: projectID, fid: fid))
-        guard
-            let row = try await pool.query(
-                "SELECT * FROM overdue_deletions WHERE project_id = \(projectID) AND fid_hmac = \(hash)"
-            ).first
-        else { return nil }
-        return try overdueReceipt(row)
+        guard fid.utf8.count <= 256 else { return nil }
+        let record = try await store.deletion(
+            projectID: projectID, fid: fid, fidHash: fidHasher.hash(projectID: projectID, fid: fid))
+        return record.map { DeletionReceipt($0, at: clock.now()) }
     }
 
-    private func receipt(_ row: PostgresRow) async throws -> DeletionReceipt {
-        let id: Int64 = try row.require("id")
-        let deliveries = try await pool.query(
-            "SELECT * FROM deletion_deliveries WHERE deletion_id = \(id) ORDER BY service"
-        ).map {
-            DeliveryStatus(
-                service: try $0.require("service"), state: try $0.require("state"),
-                attempts: try $0.require("attempts"),
-                lastError: try $0.decode("last_error"), acknowledgedAt: try $0.decode("acknowledged_at"))
-        }
-        let deadline: Date = try row.require("deadline")
-        let completed: Date? = try row.decode("completed_at")
-        let state = completed != nil ? "done" : clock.now() >= deadline ? "overdue" : "pending"
-        return DeletionReceipt(
-            id: id, fid: try row.require("fid"), fidHash: Hex.encode(try row.require("fid_hmac", as: ByteA.self).bytes),
-            reason: try row.require("reason"), requestedAt: try row.require("requested_at"), deadline: deadline,
-            state: state, services: deliveries)
-    }
-
-    private func overdueReceipt(_ row: PostgresRow) throws -> DeletionReceipt {
-        let services = (try row.require("services", as: String.self)).trimmingCharacters(
-            in: CharacterSet(charactersIn: "{}")
-        )
-        .split(separator: ",").map {
-            DeliveryStatus(
-                service: String($0), state: "unacknowledged", attempts: 0, lastError: nil, acknowledgedAt: nil)
-        }
-        return DeletionReceipt(
-            id: try row.require("deletion_id"), fid: nil,
-            fidHash: Hex.encode(try row.require("fid_hmac", as: ByteA.self).bytes), reason: try row.require("reason"),
-            requestedAt: try row.require("requested_at"), deadline: try row.require("deadline"), state: "overdue",
-            services: services)
-    }
-
-    /// Receipts by state, in id order after `afterID`.
-    public func receipts(projectID: String, state: String, afterID: Int64, limit: Int) async throws -> [DeletionReceipt]
+    /// Receipts in `state`, in id order after `afterID`.
+    public func receipts(projectID: String, state: ReceiptState, afterID: Int64, limit: Int) async throws
+        -> [DeletionReceipt]
     {
         let now = clock.now()
-        switch state {
-        case "done":
-            return try await collect(
-                try await pool.query(
-                    """
-                    SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NOT NULL AND id > \(afterID)
-                    ORDER BY id LIMIT \(limit)
-                    """))
-        case "pending":
-            return try await collect(
-                try await pool.query(
-                    """
-                    SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NULL AND deadline > \(now) AND id > \(afterID)
-                    ORDER BY id LIMIT \(limit)
-                    """))
-        default:
-            let live = try await collect(
-                try await pool.query(
-                    """
-                    SELECT * FROM deletions WHERE project_id = \(projectID) AND completed_at IS NULL AND deadline <= \(now) AND id > \(afterID)
-                    ORDER BY id LIMIT \(limit)
-                    """))
-            let purged = try await pool.query(
-                """
-                SELECT * FROM overdue_deletions WHERE project_id = \(projectID) AND deletion_id > \(afterID) ORDER BY deletion_id LIMIT \(limit)
-                """
-            ).map(overdueReceipt)
-            return Array((live + purged).sorted { $0.id < $1.id }.prefix(limit))
-        }
-    }
-
-    private func collect(_ rows: PostgresRows) async throws -> [DeletionReceipt] {
-        var out: [DeletionReceipt] = []
-        for row in rows { out.append(try await receipt(row)) }
-        return out
+        return try await store.deletions(projectID: projectID, state: state, at: now, afterID: afterID, limit: limit)
+            .map { DeletionReceipt($0, at: now) }
     }
 
     /// A service confirms, after answering 202, that it deleted the installation's data.
     public func acknowledge(projectID: String, fid: String, service: String) async throws -> Bool {
-        try await pool.withTransaction { c in
-            let now = clock.now()
-            let rows = try await c.query(
-                """
-                UPDATE deletion_deliveries d SET state = 'acknowledged', acknowledged_at = \(now)
-                FROM deletions del WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND del.fid = \(fid)
-                AND d.service = \(service) RETURNING d.deletion_id
-                """)
-            guard let id = try rows.first?.require("deletion_id", as: Int64.self) else { return false }
-            try await DeletionService.completeIfDone(id, at: now, on: c)
-            return true
-        }
-    }
-
-    static func completeIfDone(_ id: Int64, at: Date, on c: PostgresConnection) async throws {
-        try await c.query(
-            """
-            UPDATE deletions SET completed_at = \(at) WHERE id = \(id) AND completed_at IS NULL
-            AND NOT EXISTS (SELECT 1 FROM deletion_deliveries WHERE deletion_id = \(id) AND state <> 'acknowledged')
-            """)
+        try await store.acknowledge(projectID: projectID, fid: fid, service: service, at: clock.now())
     }
 }

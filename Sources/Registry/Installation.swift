@@ -29,15 +29,32 @@ public protocol InstallationStore: Sendable {
     /// Inserts the installation with its initial messaging consent (recorded in the ledger as the app default).
     ///
     /// - Returns: false when the FID is taken: live in the project, or retired by a deletion.
-    func create(_ installation: Installation, fidHMAC: [UInt8], initialConsent: Bool) async throws -> Bool
+    func create(_ installation: Installation, fidHash: [UInt8], initialConsent: Bool) async throws -> Bool
     func find(projectID: String, fid: String) async throws -> Installation?
     func touch(projectID: String, fid: String, at: Date) async throws
-    /// Removes the installation and everything keyed by it, and retires the FID.
+    /// Removes the installation and everything keyed by it, retires the FID, records the deletion with its
+    /// deadline and queues one delivery per linked service, in one transaction. A deletion with no linked service
+    /// to tell is complete at once.
     ///
-    /// - Returns: false when there was no such installation.
-    func delete(projectID: String, fid: String, fidHMAC: [UInt8], at: Date, reason: DeletionReason) async throws -> Bool
+    /// - Parameter idleBefore: when set, only an installation last seen before this time is deleted (expiry must
+    ///   not delete one that came back since it was picked).
+    /// - Returns: false when there was no such installation (or it was not idle).
+    func delete(_ request: DeletionRequest) async throws -> Bool
     /// True when this FID was deleted before (it is never handed out again).
-    func isRetired(projectID: String, fidHMAC: [UInt8]) async throws -> Bool
+    func isRetired(projectID: String, fidHash: [UInt8]) async throws -> Bool
+    /// Installations last seen before `cutoff`, oldest first, at most `limit`.
+    func idle(before cutoff: Date, limit: Int) async throws -> [(projectID: String, fid: String)]
+}
+
+/// One deletion, as the store carries it out.
+public struct DeletionRequest: Sendable {
+    public let projectID: String
+    public let fid: String
+    public let fidHash: [UInt8]
+    public let reason: DeletionReason
+    public let requestedAt: Date
+    public let deadline: Date
+    public let idleBefore: Date?
 }
 
 /// Why an installation was deleted.

@@ -11,24 +11,18 @@ public struct CreatedInstallation: Sendable {
 
 /// The installation rules: FIDs, refresh tokens, auth tokens, deletion.
 public struct InstallationService: Sendable {
-    public let store: any InstallationStore
+    let store: any InstallationStore
     public let tokens: TokenIssuer
     public let clock: any Clock
-    /// Key of the FID hashes kept after deletion.
-    let fidKey: [UInt8]
+    let fidHasher: FIDHasher
     /// `last_seen_at` is written at most this often per installation, not on every request.
     public var lastSeenResolution: TimeInterval = 3600
 
-    public init(store: any InstallationStore, tokens: TokenIssuer, clock: any Clock, fidKey: [UInt8]) {
+    public init(store: any InstallationStore, tokens: TokenIssuer, clock: any Clock, fidHasher: FIDHasher) {
         self.store = store
         self.tokens = tokens
         self.clock = clock
-        self.fidKey = fidKey
-    }
-
-    /// The keyed hash under which a deleted FID is remembered.
-    public func fidHMAC(projectID: String, fid: String) -> [UInt8] {
-        HMACSHA256.authenticate(Array((projectID + "\u{0}" + fid).utf8), key: fidKey)
+        self.fidHasher = fidHasher
     }
 
     /// Creates an installation. An FID that is empty, malformed, in use or deleted before is replaced by a fresh
@@ -45,7 +39,7 @@ public struct InstallationService: Sendable {
                 refreshTokenHash: SHA256.hash(refreshToken), sdkVersion: sdkVersion,
                 createdAt: now, lastSeenAt: now)
             if try await store.create(
-                installation, fidHMAC: fidHMAC(projectID: project.id, fid: candidate),
+                installation, fidHash: fidHasher.hash(projectID: project.id, fid: candidate),
                 initialConsent: app.autoInitDefault)
             {
                 let token = try await tokens.mint(appID: app.id, fid: candidate, projectNumber: project.number)
@@ -106,15 +100,20 @@ public struct InstallationService: Sendable {
 
     /// Deletes an installation and retires its FID.
     ///
+    /// - Parameter idleBefore: delete only if the installation was last seen before this time (expiry).
     /// - Returns: false when there was no such installation.
-    public func delete(project: Project, fid: String, reason: DeletionReason) async throws -> Bool {
-        try await store.delete(
-            projectID: project.id, fid: fid, fidHMAC: fidHMAC(projectID: project.id, fid: fid), at: clock.now(),
-            reason: reason)
+    public func delete(projectID: String, fid: String, reason: DeletionReason, idleBefore: Date? = nil) async throws
+        -> Bool
+    {
+        let now = clock.now()
+        return try await store.delete(
+            DeletionRequest(
+                projectID: projectID, fid: fid, fidHash: fidHasher.hash(projectID: projectID, fid: fid), reason: reason,
+                requestedAt: now, deadline: now.addingTimeInterval(DeletionReason.deadline), idleBefore: idleBefore))
     }
 
     /// True when the FID was deleted before.
     public func wasDeleted(project: Project, fid: String) async throws -> Bool {
-        try await store.isRetired(projectID: project.id, fidHMAC: fidHMAC(projectID: project.id, fid: fid))
+        try await store.isRetired(projectID: project.id, fidHash: fidHasher.hash(projectID: project.id, fid: fid))
     }
 }

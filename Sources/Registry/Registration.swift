@@ -1,26 +1,27 @@
 import Foundation
 
-/// One installation's push registration: its current token and what the platform needs to deliver to it.
+/// One installation's push registration as stored: its current token and what the platform needs to deliver to it.
 public struct Registration: Sendable, Equatable {
     public var projectID: String
     public var fid: String
     public var token: String
     public var platform: Platform
     public var apnsToken: String?
-    public var apnsEnvironment: String?
+    public var apnsEnvironment: APNsEnvironment?
     public var bundleID: String?
     public var appVersion: String?
     public var sdkVersion: String?
     public var web: WebPush?
-    public var state: String
+    public var state: RegistrationState
     public var clientTime: Date?
     public var createdAt: Date
     public var refreshedAt: Date
 
     public init(
         projectID: String, fid: String, token: String, platform: Platform, apnsToken: String? = nil,
-        apnsEnvironment: String? = nil, bundleID: String? = nil, appVersion: String? = nil, sdkVersion: String? = nil,
-        web: WebPush? = nil, state: String = "active", clientTime: Date? = nil, createdAt: Date, refreshedAt: Date
+        apnsEnvironment: APNsEnvironment? = nil, bundleID: String? = nil, appVersion: String? = nil,
+        sdkVersion: String? = nil, web: WebPush? = nil, state: RegistrationState = .active, clientTime: Date? = nil,
+        createdAt: Date, refreshedAt: Date
     ) {
         self.projectID = projectID
         self.fid = fid
@@ -56,6 +57,45 @@ public struct WebPush: Sendable, Equatable {
     }
 }
 
+/// What an installation says about its own push registration (the web, iOS or Android body of the client routes).
+/// The token is the service's to make; the rest is the platform's delivery details.
+public struct ClientRegistration: Sendable, Equatable {
+    public var platform: Platform
+    public var apns: APNsDevice?
+    public var bundleID: String?
+    public var appVersion: String?
+    public var sdkVersion: String?
+    public var web: WebPush?
+
+    public init(
+        platform: Platform, apns: APNsDevice? = nil, bundleID: String? = nil, appVersion: String? = nil,
+        sdkVersion: String? = nil, web: WebPush? = nil
+    ) {
+        self.platform = platform
+        self.apns = apns
+        self.bundleID = bundleID
+        self.appVersion = appVersion
+        self.sdkVersion = sdkVersion
+        self.web = web
+    }
+}
+
+/// What an app backend reports in the token refresh callback: the token its client received, and when.
+public struct TokenRefresh: Sendable, Equatable {
+    public var token: String
+    public var platform: Platform
+    public var apns: APNsDevice?
+    /// When the client received the token; an older report never replaces a newer one.
+    public var clientTime: Date?
+
+    public init(token: String, platform: Platform, apns: APNsDevice? = nil, clientTime: Date? = nil) {
+        self.token = token
+        self.platform = platform
+        self.apns = apns
+        self.clientTime = clientTime
+    }
+}
+
 /// How long a registration stays fresh: stale after `staleAfter` without a refresh (still targeted, reported),
 /// expired after `expireAfter` (no longer targeted).
 public struct Freshness: Sendable {
@@ -66,17 +106,37 @@ public struct Freshness: Sendable {
         staleAfter = staleDays * 86_400
         expireAfter = expireDays * 86_400
     }
+
+    /// Whether `registration` may be sent to at `now`, and if not, the first reason in this order: disabled,
+    /// no consent, expired; a stale registration is still sendable.
+    public func sendability(of registration: Registration, messagingConsent: Bool, at now: Date) -> Sendability {
+        let age = now.timeIntervalSince(registration.refreshedAt)
+        if registration.state == .disabled { return .disabled }
+        if !messagingConsent { return .noConsent }
+        if age > expireAfter { return .expired }
+        if age > staleAfter { return .stale }
+        return .ok
+    }
 }
 
-/// What a token refresh callback did.
+/// What a registration write did.
 public enum RefreshOutcome: String, Sendable {
     case created, refreshed, superseded, moved
     /// The callback was older (by `clientTime`) than what is stored; nothing changed.
     case ignoredAsOlder = "ignored_as_older"
+
+    /// Whether a report with `incoming` client time may replace what was stored with `stored`: a report without a
+    /// time always may; otherwise it must not be older. The stores apply exactly this rule, under the
+    /// installation's lock.
+    public static func accepts(incoming: Date?, stored: Date?) -> Bool {
+        guard let incoming, let stored else { return true }
+        return incoming >= stored
+    }
 }
 
-/// What the store did with a refresh callback.
-public enum RefreshResult: Sendable {
+/// What the store did with a registration write. Every write checks the installation and its messaging consent
+/// in the same transaction as it writes, under the installation's lock, so a withdrawal is never overtaken.
+public enum RegistrationWrite: Sendable {
     case stored(Registration, RefreshOutcome)
     case installationNotFound
     case consentOff
@@ -84,16 +144,29 @@ public enum RefreshResult: Sendable {
 
 /// Storage of registrations.
 public protocol RegistrationStore: Sendable {
-    /// Creates or replaces the installation's registration (client routes); returns it as stored.
-    func upsert(_ registration: Registration) async throws -> Registration
-    /// The token refresh callback: supersedes, moves a token from another installation, or ignores an older one;
-    /// refused when the installation is missing or its messaging consent is off.
-    func refresh(_ registration: Registration) async throws -> RefreshResult
+    /// The client's own registration: creates it with `registration.token`, or updates the delivery details of the
+    /// existing one, keeping its token and creation time.
+    func register(_ registration: Registration) async throws -> RegistrationWrite
+    /// The token refresh callback: supersedes, moves a token from another installation, or ignores an older one
+    /// (``RefreshOutcome/accepts(incoming:stored:)``).
+    func refresh(_ registration: Registration) async throws -> RegistrationWrite
     /// The installations of `tokens` (one query for a whole batch); tokens not found are absent.
     func fids(projectID: String, tokens: [String]) async throws -> [String: String]
     func find(projectID: String, fid: String) async throws -> Registration?
     func find(projectID: String, token: String) async throws -> Registration?
-    func find(projectID: String, apnsToken: String) async throws -> Registration?
     /// Removes the installation's registration; false when it had none.
     func delete(projectID: String, fid: String) async throws -> Bool
+    /// `batchImport`: for each item, the token of the registration that already holds its APNs token, or else (when
+    /// `create`) a new installation with its consent and registration; all in one transaction.
+    ///
+    /// - Returns: the registration token per APNs token; absent when it did not exist and `create` was false.
+    func importAPNs(_ items: [APNsImport], initialConsent: Bool, create: Bool) async throws -> [String: String]
+}
+
+/// One APNs token of a `batchImport`, with the installation and registration made for it should it be new.
+public struct APNsImport: Sendable {
+    public let apnsToken: String
+    public let installation: Installation
+    public let fidHash: [UInt8]
+    public let registration: Registration
 }

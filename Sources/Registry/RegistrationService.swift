@@ -2,94 +2,70 @@ import Crypto
 import Foundation
 
 /// The push-registration rules: consent is the gate, tokens look like `<FID>:<opaque>`, one current token per
-/// installation, topics follow the installation.
+/// installation, an older refresh never replaces a newer one, topics follow the installation.
 public struct RegistrationService: Sendable {
-    public let registrations: any RegistrationStore
-    public let topics: any TopicStore
-    public let consent: ConsentService
-    public let installations: InstallationService
+    let store: any RegistrationStore
+    let installations: InstallationService
     public let clock: any Clock
 
-    public init(
-        registrations: any RegistrationStore, topics: any TopicStore, consent: ConsentService,
-        installations: InstallationService, clock: any Clock
-    ) {
-        self.registrations = registrations
-        self.topics = topics
-        self.consent = consent
+    public init(store: any RegistrationStore, installations: InstallationService, clock: any Clock) {
+        self.store = store
         self.installations = installations
         self.clock = clock
     }
 
-    /// A new registration token: the FID, a colon and 512 random bits (iOS treats tokens that do not start
-    /// with the current FID as stale).
-    public static func newToken(fid: String) throws -> String {
-        fid + ":APA91b" + Base64URL.encode(try SecureRandom.bytes(64))
+    static func consentOff(_ fid: String) -> RegistryError {
+        RegistryError(
+            .failedPrecondition,
+            "messaging consent (autoInitEnabled) is off for installation \(fid.prefix(64)); record consent first")
     }
 
-    /// Registration tokens sent by app backends: 1–4096 characters of `[A-Za-z0-9_:.-]`.
-    public static func isValidToken(_ token: String) -> Bool {
-        let bytes = Array(token.utf8)
-        guard (1...4096).contains(bytes.count) else { return false }
-        return bytes.allSatisfy { c in
-            (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) || "_:.-".utf8.contains(c)
+    private static func stored(_ write: RegistrationWrite, fid: String) throws -> (Registration, RefreshOutcome) {
+        switch write {
+        case let .stored(registration, outcome): return (registration, outcome)
+        case .installationNotFound: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
+        case .consentOff: throw consentOff(fid)
         }
     }
 
-    private func requireConsent(_ installation: Installation) async throws {
-        guard try await consent.messagingEnabled(installation: installation) else {
-            throw RegistryError(
-                .failedPrecondition,
-                "messaging consent (autoInitEnabled) is off for installation \(installation.fid); record consent first")
-        }
-    }
-
-    /// The client's own registration (web or iOS body): keeps its token when it has one, stamps the refresh.
-    public func register(installation: Installation, template: Registration) async throws -> Registration {
-        try await requireConsent(installation)
+    /// The client's own registration (web, iOS or Android body): keeps its token when it has one, stamps the
+    /// refresh. Refused when messaging consent is off, checked in the same transaction as the write.
+    public func register(installation: Installation, _ request: ClientRegistration) async throws -> Registration {
         let now = clock.now()
-        let existing = try await registrations.find(projectID: installation.projectID, fid: installation.fid)
-        var registration = template
-        registration.projectID = installation.projectID
-        registration.fid = installation.fid
-        registration.token = try existing?.token ?? RegistrationService.newToken(fid: installation.fid)
-        registration.state = "active"
-        registration.createdAt = existing?.createdAt ?? now
-        registration.refreshedAt = now
+        let registration = Registration(
+            projectID: installation.projectID, fid: installation.fid,
+            token: try RegistrationToken.new(fid: installation.fid), platform: request.platform,
+            apnsToken: request.apns?.token, apnsEnvironment: request.apns?.environment, bundleID: request.bundleID,
+            appVersion: request.appVersion, sdkVersion: request.sdkVersion, web: request.web, createdAt: now,
+            refreshedAt: now)
+        let (stored, _) = try RegistrationService.stored(
+            try await store.register(registration), fid: installation.fid)
         try await installations.noteActivity(installation)
-        return try await registrations.upsert(registration)
+        return stored
     }
 
     /// The token refresh callback from an app backend.
-    public func refresh(project: Project, fid: String, template: Registration) async throws -> (
+    public func refresh(project: Project, fid: String, _ report: TokenRefresh) async throws -> (
         Registration, RefreshOutcome
     ) {
-        let now = clock.now()
-        var registration = template
-        registration.projectID = project.id
-        registration.fid = fid
-        registration.state = "active"
-        registration.createdAt = now
-        registration.refreshedAt = now
-        switch try await registrations.refresh(registration) {
-        case let .stored(stored, outcome): return (stored, outcome)
-        case .installationNotFound: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
-        case .consentOff:
-            throw RegistryError(
-                .failedPrecondition,
-                "messaging consent (autoInitEnabled) is off for installation \(fid); record consent first")
+        guard RegistrationToken.isValid(report.token) else {
+            throw RegistryError.invalid("token", "1-4096 characters of A-Z a-z 0-9 _ : . -")
         }
+        let now = clock.now()
+        let registration = Registration(
+            projectID: project.id, fid: fid, token: report.token, platform: report.platform,
+            apnsToken: report.apns?.token, apnsEnvironment: report.apns?.environment, clientTime: report.clientTime,
+            createdAt: now, refreshedAt: now)
+        return try RegistrationService.stored(try await store.refresh(registration), fid: fid)
     }
 
     /// The registration a path names, by token or FID.
     public func find(project: Project, tokenOrFID: String) async throws -> Registration? {
-        if Identifiers.isValidFID(tokenOrFID),
-            let byFID = try await registrations.find(projectID: project.id, fid: tokenOrFID)
-        {
+        if Identifiers.isValidFID(tokenOrFID), let byFID = try await store.find(projectID: project.id, fid: tokenOrFID) {
             return byFID
         }
-        guard RegistrationService.isValidToken(tokenOrFID) else { return nil }
-        return try await registrations.find(projectID: project.id, token: tokenOrFID)
+        guard RegistrationToken.isValid(tokenOrFID) else { return nil }
+        return try await store.find(projectID: project.id, token: tokenOrFID)
     }
 
     /// The installation a path names, by FID or by one of its tokens (topic routes accept both).
@@ -100,23 +76,63 @@ public struct RegistrationService: Sendable {
         return try await find(project: project, tokenOrFID: tokenOrFID)?.fid
     }
 
-    public func delete(project: Project, fid: String) async throws -> Bool {
-        try await registrations.delete(projectID: project.id, fid: fid)
+    /// The installations of a batch of registration tokens, in one look-up; invalid and unknown tokens are absent.
+    public func fids(project: Project, tokens: [String]) async throws -> [String: String] {
+        let valid = Set(tokens.filter(RegistrationToken.isValid))
+        guard !valid.isEmpty else { return [:] }
+        return try await store.fids(projectID: project.id, tokens: Array(valid))
     }
 
-    /// Why a token may or may not be sent to.
-    public func sendability(project: Project, token: String, targeting: TargetingService) async throws -> Sendability {
-        guard let registration = try await find(project: project, tokenOrFID: token) else {
-            let fid = token.split(separator: ":", maxSplits: 1).first.map(String.init) ?? token
-            if Identifiers.isValidFID(fid), try await installations.wasDeleted(project: project, fid: fid) {
-                return .deleted
+    public func delete(project: Project, fid: String) async throws -> Bool {
+        try await store.delete(projectID: project.id, fid: fid)
+    }
+
+    /// What became of one APNs token of a `batchImport`.
+    public enum ImportOutcome: Sendable, Equatable {
+        case imported(apnsToken: String, registrationToken: String)
+        /// Not a hexadecimal APNs token.
+        case invalid
+        /// The app's installations start opted out of messaging, so no registration can be made for it.
+        case noConsent(apnsToken: String)
+    }
+
+    /// `batchImport`: each APNs token of an iOS app gets an installation and a registration made by the server, in
+    /// one transaction; a token imported before returns its existing registration token.
+    ///
+    /// - Parameter apnsTokens: the request's items, nil for an item that is not a string.
+    public func importAPNs(project: Project, app: App, apnsTokens: [String?], sandbox: Bool) async throws
+        -> [ImportOutcome]
+    {
+        let environment: APNsEnvironment = sandbox ? .sandbox : .production
+        let devices: [APNsDevice?] = apnsTokens.map { text in
+            text.flatMap {
+                try? APNsDevice(token: $0, environment: nil, tokenField: "apns_tokens", environmentField: "sandbox")
             }
-            return .unknownToken
         }
-        guard let installation = try await installations.find(project: project, fid: registration.fid) else {
-            return .deleted
+        var items: [APNsImport] = []
+        var planned = Set<String>()
+        let now = clock.now()
+        for device in devices.compactMap({ $0 }) where planned.insert(device.token).inserted {
+            let fid = try Identifiers.newFID()
+            items.append(
+                APNsImport(
+                    apnsToken: device.token,
+                    installation: Installation(
+                        projectID: project.id, fid: fid, appID: app.id,
+                        refreshTokenHash: SHA256.hash(try Identifiers.newRefreshToken()), sdkVersion: "iid-import",
+                        createdAt: now, lastSeenAt: now),
+                    fidHash: installations.fidHasher.hash(projectID: project.id, fid: fid),
+                    registration: Registration(
+                        projectID: project.id, fid: fid, token: try RegistrationToken.new(fid: fid), platform: .ios,
+                        apnsToken: device.token, apnsEnvironment: environment, bundleID: app.bundleID,
+                        createdAt: now, refreshedAt: now)))
         }
-        return targeting.sendability(
-            of: registration, messagingConsent: try await consent.messagingEnabled(installation: installation))
+        let tokens = try await store.importAPNs(
+            items, initialConsent: app.autoInitDefault, create: app.autoInitDefault)
+        return devices.map { device in
+            guard let device else { return .invalid }
+            guard let token = tokens[device.token] else { return .noConsent(apnsToken: device.token) }
+            return .imported(apnsToken: device.token, registrationToken: token)
+        }
     }
 }

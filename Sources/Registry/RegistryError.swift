@@ -1,6 +1,7 @@
-/// A rule the request broke, in terms the API maps to a status once, in one place.
+/// A rule the request broke, or a store that could not serve it, in terms the API maps to a status once, in one
+/// place. Stores translate their own failures (a database error, a lost connection) into these at their edge.
 public struct RegistryError: Error, Sendable, Equatable, CustomStringConvertible {
-    public struct Kind: Sendable, Hashable {
+    public struct Kind: Sendable, Hashable, CustomStringConvertible {
         private let name: String
         private init(_ name: String) { self.name = name }
         public static let invalidArgument = Kind("invalidArgument")
@@ -10,7 +11,13 @@ public struct RegistryError: Error, Sendable, Equatable, CustomStringConvertible
         public static let alreadyExists = Kind("alreadyExists")
         /// The request is valid but the resource is not in a state that allows it (e.g. consent withdrawn).
         public static let failedPrecondition = Kind("failedPrecondition")
-        public static let resourceExhausted = Kind("resourceExhausted")
+        /// A concurrent change got in the way (serialization failure, deadlock); retrying may succeed.
+        public static let aborted = Kind("aborted")
+        /// The store cannot be reached now (database down, pool exhausted); retry later.
+        public static let unavailable = Kind("unavailable")
+        /// A store failed in a way the caller cannot fix (a bug, a corrupt row).
+        public static let `internal` = Kind("internal")
+        public var description: String { name }
     }
 
     public let kind: Kind
@@ -28,5 +35,5 @@ public struct RegistryError: Error, Sendable, Equatable, CustomStringConvertible
         RegistryError(.invalidArgument, "\(field): \(message)", field: field)
     }
 
-    public var description: String { message }
+    public var description: String { "\(kind): \(message)" }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import Postgres
 
 /// A registration a message may be sent to.
 public struct Target: Sendable, Equatable {
@@ -8,6 +7,43 @@ public struct Target: Sendable, Equatable {
     public let platform: Platform
     public let refreshedAt: Date
     public let stale: Bool
+}
+
+/// A registration that passed the targeting filter, as the store returns it.
+public struct LiveRegistration: Sendable, Equatable {
+    public let fid: String
+    public let token: String
+    public let platform: Platform
+    public let refreshedAt: Date
+
+    public init(fid: String, token: String, platform: Platform, refreshedAt: Date) {
+        self.fid = fid
+        self.token = token
+        self.platform = platform
+        self.refreshedAt = refreshedAt
+    }
+}
+
+/// Which registrations targeting may return: those of `projectID` that are active, refreshed after
+/// `expiredBefore`, and whose installation has messaging consent; keyset-paged by FID after `after`.
+/// The stores apply exactly ``admits(state:refreshedAt:messagingConsent:)``, in their own query language.
+public struct TargetFilter: Sendable, Equatable {
+    public let projectID: String
+    public let expiredBefore: Date
+    public let after: String?
+    public let limit: Int
+
+    public func admits(state: RegistrationState, refreshedAt: Date, messagingConsent: Bool) -> Bool {
+        state == .active && refreshedAt > expiredBefore && messagingConsent
+    }
+}
+
+/// Who a topic or condition reaches, read from the store.
+public protocol TargetingStore: Sendable {
+    /// Live registrations subscribed to `topic`, in FID order.
+    func members(topic: String, filter: TargetFilter) async throws -> [LiveRegistration]
+    /// Live registrations that satisfy `condition`, in FID order.
+    func resolve(condition: Condition, filter: TargetFilter) async throws -> [LiveRegistration]
 }
 
 /// Whether a token may be sent to, and if not, why.
@@ -24,80 +60,67 @@ public enum Sendability: String, Sendable {
 }
 
 /// Who a topic or condition reaches: live registrations only (active, not expired, messaging consent on),
-/// keyset-paged by FID.
+/// keyset-paged by FID; and whether one token may be sent to.
 public struct TargetingService: Sendable {
-    let pool: PostgresPool
+    let store: any TargetingStore
+    let registrations: RegistrationService
+    let installations: InstallationService
+    let consent: ConsentService
     public let clock: any Clock
     public let freshness: Freshness
 
-    public init(pool: PostgresPool, clock: any Clock, freshness: Freshness) {
-        self.pool = pool
+    public init(
+        store: any TargetingStore, registrations: RegistrationService, installations: InstallationService,
+        consent: ConsentService, clock: any Clock, freshness: Freshness
+    ) {
+        self.store = store
+        self.registrations = registrations
+        self.installations = installations
+        self.consent = consent
         self.clock = clock
         self.freshness = freshness
+    }
+
+    private func filter(projectID: String, after: String?, limit: Int, now: Date) -> TargetFilter {
+        TargetFilter(
+            projectID: projectID, expiredBefore: now.addingTimeInterval(-freshness.expireAfter), after: after,
+            limit: limit)
+    }
+
+    private func target(_ live: LiveRegistration, now: Date) -> Target {
+        Target(
+            fid: live.fid, token: live.token, platform: live.platform, refreshedAt: live.refreshedAt,
+            stale: now.timeIntervalSince(live.refreshedAt) > freshness.staleAfter)
     }
 
     /// Live registrations subscribed to `topic`, after FID `after`.
     public func members(projectID: String, topic: String, after: String?, limit: Int) async throws -> [Target] {
         let now = clock.now()
-        let expiredBefore = now.addingTimeInterval(-freshness.expireAfter)
-        let rows = try await pool.query(
-            """
-            SELECT r.fid, r.token, r.platform, r.refreshed_at FROM topic_subscriptions ts
-            JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
-            JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = 'messaging' AND c.granted
-            WHERE ts.project_id = \(projectID) AND ts.topic = \(topic) AND ts.fid > \(after ?? "")
-              AND r.state = 'active' AND r.refreshed_at > \(expiredBefore)
-            ORDER BY ts.fid LIMIT \(limit)
-            """)
-        return try rows.map { try target($0, now: now) }
+        return try await store.members(topic: topic, filter: filter(projectID: projectID, after: after, limit: limit, now: now))
+            .map { target($0, now: now) }
     }
 
     /// Live registrations that satisfy `condition`, after FID `after`.
     public func resolve(projectID: String, condition: Condition, after: String?, limit: Int) async throws -> [Target] {
         let now = clock.now()
-        var binds: [String?] = [
-            projectID, (now.addingTimeInterval(-freshness.expireAfter)).postgresText, after ?? "", String(limit),
-        ]
-        let predicate = sql(condition, binds: &binds)
-        let query = PostgresQuery(
-            unsafeSQL: """
-                SELECT r.fid, r.token, r.platform, r.refreshed_at FROM registrations r
-                JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = 'messaging' AND c.granted
-                WHERE r.project_id = $1 AND r.state = 'active' AND r.refreshed_at > $2::timestamptz AND r.fid > $3
-                  AND (\(predicate))
-                ORDER BY r.fid LIMIT $4::int
-                """, binds: binds)
-        return try await pool.query(query).map { try target($0, now: now) }
+        return try await store.resolve(
+            condition: condition, filter: filter(projectID: projectID, after: after, limit: limit, now: now)
+        ).map { target($0, now: now) }
     }
 
-    /// The condition as SQL over `r`; topic names are bound, never spliced.
-    func sql(_ condition: Condition, binds: inout [String?]) -> String {
-        switch condition {
-        case let .topic(name):
-            binds.append(name)
-            return
-                "EXISTS (SELECT 1 FROM topic_subscriptions ts WHERE ts.project_id = r.project_id AND ts.fid = r.fid AND ts.topic = $\(binds.count))"
-        case let .not(inner): return "NOT (\(sql(inner, binds: &binds)))"
-        case let .and(a, b): return "(\(sql(a, binds: &binds))) AND (\(sql(b, binds: &binds)))"
-        case let .or(a, b): return "(\(sql(a, binds: &binds))) OR (\(sql(b, binds: &binds)))"
+
+    /// Why a token (or FID) may or may not be sent to.
+    public func sendability(project: Project, token: String) async throws -> Sendability {
+        guard let registration = try await registrations.find(project: project, tokenOrFID: token) else {
+            let fid = Identifiers.isValidFID(token) ? token : RegistrationToken.fid(of: token)
+            if let fid, try await installations.wasDeleted(project: project, fid: fid) { return .deleted }
+            return .unknownToken
         }
-    }
-
-    private func target(_ row: PostgresRow, now: Date) throws -> Target {
-        let refreshed: Date = try row.require("refreshed_at")
-        return Target(
-            fid: try row.require("fid"), token: try row.require("token"),
-            platform: Platform(rawValue: try row.require("platform")) ?? .web, refreshedAt: refreshed,
-            stale: now.timeIntervalSince(refreshed) > freshness.staleAfter)
-    }
-
-    /// Whether `registration` may be sent to now.
-    public func sendability(of registration: Registration, messagingConsent: Bool) -> Sendability {
-        let age = clock.now().timeIntervalSince(registration.refreshedAt)
-        if registration.state == "disabled" { return .disabled }
-        if !messagingConsent { return .noConsent }
-        if age > freshness.expireAfter { return .expired }
-        if age > freshness.staleAfter { return .stale }
-        return .ok
+        guard let installation = try await installations.find(project: project, fid: registration.fid) else {
+            return .deleted
+        }
+        return freshness.sendability(
+            of: registration, messagingConsent: try await consent.messagingEnabled(installation: installation),
+            at: clock.now())
     }
 }

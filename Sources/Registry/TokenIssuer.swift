@@ -1,7 +1,6 @@
 import Crypto
 import Foundation
 import JSON
-import Postgres
 import Synchronization
 
 /// What a verified installation auth token says.
@@ -18,10 +17,32 @@ public struct AuthToken: Sendable {
     public let expiresIn: Int
 }
 
+/// A stored signing key: its `kid`, its private key in PEM, when it was made.
+public struct StoredSigningKey: Sendable {
+    public let kid: String
+    public let privatePEM: String
+    public let createdAt: Date
+
+    public init(kid: String, privatePEM: String, createdAt: Date) {
+        self.kid = kid
+        self.privatePEM = privatePEM
+        self.createdAt = createdAt
+    }
+}
+
+/// Storage of the auth-token signing keys, shared by every replica.
+public protocol SigningKeyStore: Sendable {
+    /// Every key, oldest first.
+    func all() async throws -> [StoredSigningKey]
+    func insert(_ key: StoredSigningKey) async throws
+    /// Inserts `key` only when there is no key at all (replicas starting together race here; one wins).
+    func insertFirst(_ key: StoredSigningKey) async throws
+}
+
 /// Mints and verifies installation auth tokens: ES256 JWTs with `kid`, claims `appId`, `exp`, `fid`,
 /// `projectNumber` (a number) and `iat`, as real FIS tokens carry.
 ///
-/// Keys live in `signing_keys`; the newest signs and every stored key verifies, so tokens signed before a
+/// Keys live in the ``SigningKeyStore``; the newest signs and every stored key verifies, so tokens signed before a
 /// `keys rotate` keep working until they expire. Each replica reloads the ring every minute and whenever it
 /// meets an unknown `kid`, so keys rotated by another process are picked up.
 public final class TokenIssuer: Sendable {
@@ -38,15 +59,18 @@ public final class TokenIssuer: Sendable {
     private struct Ring: Sendable {
         var keys: [String: Key] = [:]
         var signing: Key?
-        var loadedAt: Date = .distantPast
+        /// Monotonic: reload timing is not domain time.
+        var loadedAt: ContinuousClock.Instant?
+
+        func isOlder(than age: Duration) -> Bool { loadedAt.map { ContinuousClock.now - $0 > age } ?? true }
     }
 
-    private let pool: PostgresPool
+    private let store: any SigningKeyStore
     private let clock: any Clock
     private let ring = Mutex(Ring())
 
-    public init(pool: PostgresPool, clock: any Clock) {
-        self.pool = pool
+    public init(store: any SigningKeyStore, clock: any Clock) {
+        self.store = store
         self.clock = clock
     }
 
@@ -57,45 +81,35 @@ public final class TokenIssuer: Sendable {
     public func rotate() async throws -> String {
         let key = try ES256PrivateKey.generate()
         let kid = key.publicKey.thumbprint
-        try await pool.query(
-            "INSERT INTO signing_keys (kid, private_pem, created_at) VALUES (\(kid), \(try key.pemRepresentation()), \(clock.now()))"
-        )
+        try await store.insert(StoredSigningKey(kid: kid, privatePEM: try key.pemRepresentation(), createdAt: clock.now()))
         try await reload()
         return kid
     }
 
     /// Loads the ring, creating the first key when there is none.
     public func reload() async throws {
-        var rows = try await pool.query(
-            "SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid")
-        if rows.isEmpty {
+        var stored = try await store.all()
+        if stored.isEmpty {
             let key = try ES256PrivateKey.generate()
-            // Replicas starting together race here; the first insert wins and everyone reloads it.
-            try await pool.query(
-                """
-                INSERT INTO signing_keys (kid, private_pem, created_at)
-                SELECT \(key.publicKey.thumbprint), \(try key.pemRepresentation()), \(clock.now())
-                WHERE NOT EXISTS (SELECT 1 FROM signing_keys)
-                """)
-            rows = try await pool.query(
-                "SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid")
+            try await store.insertFirst(
+                StoredSigningKey(
+                    kid: key.publicKey.thumbprint, privatePEM: try key.pemRepresentation(), createdAt: clock.now()))
+            stored = try await store.all()
         }
         var loaded: [String: Key] = [:]
         var newest: Key?
-        for row in rows {
-            let kid: String = try row.require("kid")
+        for entry in stored {
             let key = Key(
-                kid: kid, privateKey: try ES256PrivateKey(pem: try row.require("private_pem")),
-                created: try row.require("created_at"))
-            loaded[kid] = key
+                kid: entry.kid, privateKey: try ES256PrivateKey(pem: entry.privatePEM), created: entry.createdAt)
+            loaded[entry.kid] = key
             newest = key
         }
-        ring.withLock { $0 = Ring(keys: loaded, signing: newest, loadedAt: Date()) }
+        ring.withLock { $0 = Ring(keys: loaded, signing: newest, loadedAt: .now) }
     }
 
     private func currentRing() async throws -> Ring {
         let current = ring.withLock { $0 }
-        if current.signing == nil || Date().timeIntervalSince(current.loadedAt) > 60 {
+        if current.signing == nil || current.isOlder(than: .seconds(60)) {
             try await reload()
             return ring.withLock { $0 }
         }
@@ -125,7 +139,7 @@ public final class TokenIssuer: Sendable {
             let kid = header["kid"]?.stringValue
         else { throw invalid }
         var current = try await currentRing()
-        if current.keys[kid] == nil, Date().timeIntervalSince(current.loadedAt) > 5 {
+        if current.keys[kid] == nil, current.isOlder(than: .seconds(5)) {
             try await reload()
             current = ring.withLock { $0 }
         }

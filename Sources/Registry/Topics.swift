@@ -1,5 +1,4 @@
 import Foundation
-import Postgres
 
 /// What adding a subscription did.
 public enum SubscribeResult: Sendable, Equatable {
@@ -16,93 +15,88 @@ public protocol TopicStore: Sendable {
     func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String>
     func created(projectID: String, fid: String, topic: String) async throws -> Date?
     /// Topics of an installation in name order, after `after`, at most `limit`.
-    func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [(
-        topic: String, created: Date
-    )]
+    func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [TopicSubscription]
 }
 
-/// ``TopicStore`` on PostgreSQL.
-public struct PostgresTopicStore: TopicStore {
-    let pool: PostgresPool
+/// A topic and when the installation subscribed to it.
+public struct TopicSubscription: Sendable, Equatable {
+    public let topic: String
+    public let createdAt: Date
 
-    public init(pool: PostgresPool) { self.pool = pool }
+    public init(topic: String, createdAt: Date) {
+        self.topic = topic
+        self.createdAt = createdAt
+    }
+}
 
-    public func add(projectID: String, fids: [String], topic: String, at: Date) async throws -> [String:
-        SubscribeResult]
+/// The topic rules: subscriptions belong to installations (they survive a token refresh), names are normalised
+/// (`/topics/` prefix dropped), and an installation holds at most ``Topic/maxPerInstallation`` topics.
+public struct TopicService: Sendable {
+    let store: any TopicStore
+    public let clock: any Clock
+
+    public init(store: any TopicStore, clock: any Clock) {
+        self.store = store
+        self.clock = clock
+    }
+
+    /// A topic name from a request, normalised and checked.
+    public static func name(_ raw: String?, field: String) throws -> String {
+        guard let raw, !raw.isEmpty else { throw RegistryError.invalid(field, "required") }
+        let name = Topic.normalize(raw)
+        guard Topic.isValid(name) else { throw RegistryError.invalid(field, "must match [a-zA-Z0-9-_.~%]{1,900}") }
+        return name
+    }
+
+    /// Subscribes each installation; the result per FID.
+    public func subscribe(project: Project, fids: [String], topic: String) async throws -> [String: SubscribeResult] {
+        try await store.add(projectID: project.id, fids: fids, topic: topic, at: clock.now())
+    }
+
+    /// Subscribes one installation.
+    ///
+    /// - Returns: the subscription, new or existing.
+    /// - Throws: `.failedPrecondition` when the installation holds too many topics.
+    public func subscribe(project: Project, fid: String, topic: String) async throws -> (TopicSubscription, added: Bool)
     {
-        guard !fids.isEmpty else { return [:] }
-        return try await pool.withTransaction { c in
-            // Lock the installations in a fixed order so concurrent batches cannot deadlock or pass the limit.
-            try await c.query(
-                """
-                SELECT fid FROM installations WHERE project_id = \(projectID) AND fid = ANY(\(TextArray(fids))::text[])
-                ORDER BY fid FOR UPDATE
-                """)
-            let existing = Set(
-                try await c.query(
-                    """
-                    SELECT fid FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
-                    AND fid = ANY(\(TextArray(fids))::text[])
-                    """
-                ).map { try $0.require("fid", as: String.self) })
-            var counts: [String: Int] = [:]
-            for row in try await c.query(
-                """
-                SELECT fid, count(*) AS n FROM topic_subscriptions WHERE project_id = \(projectID)
-                AND fid = ANY(\(TextArray(fids))::text[]) GROUP BY fid
-                """)
-            {
-                counts[try row.require("fid")] = try row.require("n", as: Int.self)
-            }
-            var results: [String: SubscribeResult] = [:]
-            var toAdd: [String] = []
-            for fid in fids where results[fid] == nil {
-                if existing.contains(fid) {
-                    results[fid] = .alreadyExists
-                } else if counts[fid, default: 0] >= Topic.maxPerInstallation {
-                    results[fid] = .tooManyTopics
-                } else {
-                    results[fid] = .added
-                    toAdd.append(fid)
-                }
-            }
-            if !toAdd.isEmpty {
-                try await c.query(
-                    """
-                    INSERT INTO topic_subscriptions (project_id, fid, topic, created_at)
-                    SELECT \(projectID), f, \(topic), \(at) FROM unnest(\(TextArray(toAdd))::text[]) AS f
-                    ON CONFLICT DO NOTHING
-                    """)
-            }
-            return results
+        let now = clock.now()
+        switch try await store.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid] {
+        case .tooManyTopics?: throw TopicService.tooManyTopics
+        case .added?: return (TopicSubscription(topic: topic, createdAt: now), true)
+        case .alreadyExists?, nil:
+            let created = try await store.created(projectID: project.id, fid: fid, topic: topic) ?? now
+            return (TopicSubscription(topic: topic, createdAt: created), false)
         }
     }
 
-    public func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String> {
-        guard !fids.isEmpty else { return [] }
-        return Set(
-            try await pool.query(
-                """
-                DELETE FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
-                AND fid = ANY(\(TextArray(fids))::text[]) RETURNING fid
-                """
-            ).map { try $0.require("fid", as: String.self) })
+    public static let tooManyTopics = RegistryError(
+        .failedPrecondition, "the installation already holds \(Topic.maxPerInstallation) topics")
+
+    /// Unsubscribes each installation; the FIDs that had the topic.
+    public func unsubscribe(project: Project, fids: [String], topic: String) async throws -> Set<String> {
+        try await store.remove(projectID: project.id, fids: fids, topic: topic)
     }
 
-    public func created(projectID: String, fid: String, topic: String) async throws -> Date? {
-        try await pool.query(
-            "SELECT created_at FROM topic_subscriptions WHERE project_id = \(projectID) AND fid = \(fid) AND topic = \(topic)"
-        ).first?.require("created_at", as: Date.self)
+    public func subscription(project: Project, fid: String, topic: String) async throws -> TopicSubscription? {
+        try await store.created(projectID: project.id, fid: fid, topic: topic).map {
+            TopicSubscription(topic: topic, createdAt: $0)
+        }
     }
 
-    public func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [(
-        topic: String, created: Date
-    )] {
-        try await pool.query(
-            """
-            SELECT topic, created_at FROM topic_subscriptions WHERE project_id = \(projectID) AND fid = \(fid)
-            AND topic > \(after ?? "") ORDER BY topic LIMIT \(limit)
-            """
-        ).map { (try $0.require("topic"), try $0.require("created_at")) }
+    /// One page of an installation's topics in name order, after `after`.
+    public func list(project: Project, fid: String, after: String?, limit: Int) async throws -> [TopicSubscription] {
+        try await store.list(projectID: project.id, fid: fid, after: after, limit: limit)
+    }
+
+    /// Every topic of an installation (at most ``Topic/maxPerInstallation``).
+    public func all(project: Project, fid: String) async throws -> [TopicSubscription] {
+        var topics: [TopicSubscription] = []
+        var after: String?
+        while true {
+            let page = try await list(project: project, fid: fid, after: after, limit: 1000)
+            topics += page
+            guard page.count == 1000, let last = page.last else { return topics }
+            after = last.topic
+        }
     }
 }

@@ -25,7 +25,7 @@ public final class ServiceProcess: @unchecked Sendable {
     public static var binary: String { repositoryRoot.appendingPathComponent(".build/debug/token-registry").path }
 
     public static var isAvailable: Bool {
-        FileManager.default.isExecutableFile(atPath: binary) && TestDatabase.isAvailable
+        TestDatabase.isCI || (FileManager.default.isExecutableFile(atPath: binary) && TestDatabase.isAvailable)
     }
 
     /// A port that was free a moment ago.

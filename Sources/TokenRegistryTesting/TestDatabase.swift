@@ -7,7 +7,12 @@ public enum TestDatabase {
     /// The admin connection string, or nil when no test cluster is configured.
     public static var adminURL: String? { ProcessInfo.processInfo.environment["TEST_DATABASE_URL"] }
 
-    public static var isAvailable: Bool { adminURL != nil }
+    /// Whether live tests run: when a test cluster is configured, and always under `CI=true`, where a missing
+    /// cluster must fail the run (``create()`` throws) instead of skipping the tests silently.
+    public static var isAvailable: Bool { adminURL != nil || isCI }
+
+    /// True under `CI=true`: a missing test dependency fails there, it never skips.
+    public static var isCI: Bool { ProcessInfo.processInfo.environment["CI"] == "true" }
 
     /// Creates an empty database and returns its connection string.
     public static func create() async throws -> String {

@@ -4,6 +4,7 @@ import HTTP
 import JSON
 import Postgres
 import Registry
+import RegistryPostgres
 
 /// A live service on port 0 with its own fresh database, a project and apps of each platform, for tests that
 /// drive it over real sockets.
@@ -11,6 +12,8 @@ public struct TestService: Sendable {
     public let app: Application
     public let port: Int
     public let conninfo: String
+    /// The service's own pool, for tests that look at or change rows directly.
+    public let pool: PostgresPool
     public let project: Project
     public let serverKey: String
     public let web: App
@@ -29,10 +32,12 @@ public struct TestService: Sendable {
         configuration.databasePoolSize = 8
         configure(&configuration)
         try await Schema.migrator.migrate(conninfo: conninfo)
+        let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: configuration.databasePoolSize))
         let app = try await Application.build(
-            configuration: configuration, conninfo: conninfo, clock: clock,
+            configuration: configuration, stores: PostgresRegistry.stores(pool: pool), clock: clock,
             logger: Logger(level: .error))
-        let service = try await TestService.seed(app: app, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
+        let service = try await TestService.seed(
+            app: app, pool: pool, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
         do {
             try await body(service)
         } catch {
@@ -44,7 +49,9 @@ public struct TestService: Sendable {
         await TestDatabase.drop(conninfo)
     }
 
-    static func seed(app: Application, conninfo: String, number: Int64, id: String) async throws -> TestService {
+    static func seed(app: Application, pool: PostgresPool, conninfo: String, number: Int64, id: String) async throws
+        -> TestService
+    {
         let key = try await app.catalog.createProject(id: id, number: number)
         let project = Project(id: id, number: number)
         let web = try await app.catalog.createApp(
@@ -57,8 +64,16 @@ public struct TestService: Sendable {
             project: project, platform: .web, bundleID: nil, autoInitDefault: false)
         let port = try app.start()
         return TestService(
-            app: app, port: port, conninfo: conninfo, project: project, serverKey: key, web: web, ios: ios,
+            app: app, port: port, conninfo: conninfo, pool: pool, project: project, serverKey: key, web: web, ios: ios,
             android: android, consentFirst: consentFirst)
+    }
+
+    /// Another replica of the service on the same database (its own pool, no listener), closed by `shutdown()`.
+    public func replica() async throws -> Application {
+        let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: app.configuration.databasePoolSize))
+        return try await Application.build(
+            configuration: app.configuration, stores: PostgresRegistry.stores(pool: pool), clock: app.clock,
+            logger: Logger(level: .error))
     }
 
     /// Adds a second project (for isolation tests) on the same service.

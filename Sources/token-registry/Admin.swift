@@ -1,8 +1,8 @@
 import API
 import Foundation
 import JSON
-import Postgres
 import Registry
+import RegistryPostgres
 
 /// The administrative commands: migrations, projects, apps, signing keys.
 enum Admin {
@@ -29,9 +29,8 @@ enum Admin {
         let database = try await Database.open(configuration)
         defer { database.close() }
         try await database.migrate()
-        let app = try await Application.build(
-            configuration: configuration, conninfo: database.conninfo, clock: clock,
-            logger: Logger(level: .error))
+        let app = try await database.application(configuration: configuration, clock: clock, logger: Logger(level: .error))
+        defer { app.services.health.close() }
         return try await body(app)
     }
 

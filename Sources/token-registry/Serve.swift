@@ -18,7 +18,7 @@ enum Serve {
         if database.embedded != nil { logger.info("using the embedded PostgreSQL under .data/postgres") }
         let applied = try await database.migrate()
         if !applied.isEmpty { logger.info("migrations applied", [("versions", .array(applied.map { .int($0) }))]) }
-        let app = try await Application.build(configuration: configuration, conninfo: database.conninfo, logger: logger)
+        let app = try await database.application(configuration: configuration, logger: logger)
         try app.start()
         app.startJobs()
 

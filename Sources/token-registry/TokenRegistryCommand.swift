@@ -3,6 +3,7 @@ import Foundation
 import JSON
 import Postgres
 import Registry
+import RegistryPostgres
 
 /// `token-registry serve | migrate | version | project | app | keys`.
 enum TokenRegistryCommand {
@@ -82,6 +83,21 @@ struct Database {
 
     @discardableResult
     func migrate() async throws -> [Int] { try await Schema.migrator.migrate(conninfo: conninfo) }
+
+    /// The composition root: the PostgreSQL stores on a pool of `configuration.databasePoolSize`, and the service
+    /// on them.
+    func application(configuration: Configuration, clock: any Clock = SystemClock(), logger: Logger) async throws
+        -> Application
+    {
+        let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: configuration.databasePoolSize))
+        do {
+            return try await Application.build(
+                configuration: configuration, stores: PostgresRegistry.stores(pool: pool), clock: clock, logger: logger)
+        } catch {
+            pool.close()
+            throw error
+        }
+    }
 }
 
 /// Prints a JSON document on standard output.

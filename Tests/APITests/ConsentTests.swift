@@ -100,7 +100,7 @@ struct ConsentTests {
                     headers: s.serverHeaders
                 ).status == 400)
             do {
-                try await s.app.pool.query("UPDATE consent_events SET granted = NOT granted")
+                try await s.pool.query("UPDATE consent_events SET granted = NOT granted")
                 Issue.record("the ledger accepted an update")
             } catch {}
         }

@@ -154,7 +154,7 @@ struct DeletionTests {
             _ = try await s.app.jobs.runAll()
             clock.advance(by: 181 * 86_400)
             _ = try await s.app.jobs.runAll()
-            let tables = try await s.app.pool.query(
+            let tables = try await s.pool.query(
                 """
                 SELECT table_name, column_name FROM information_schema.columns
                 WHERE table_schema = 'public' AND data_type IN ('text', 'character varying', 'ARRAY', 'bytea')
@@ -163,7 +163,7 @@ struct DeletionTests {
             for row in tables {
                 let table: String = try row.require("table_name")
                 let column: String = try row.require("column_name")
-                let hits = try await s.app.pool.query(
+                let hits = try await s.pool.query(
                     PostgresQuery(
                         unsafeSQL:
                             "SELECT count(*) AS n FROM \"\(table)\" WHERE position($1 in \"\(column)\"::text) > 0",
@@ -220,8 +220,7 @@ struct DeletionTests {
             var replicas: [Application] = []
             for _ in 0..<3 {
                 replicas.append(
-                    try await Application.build(
-                        configuration: s.app.configuration, conninfo: s.conninfo, logger: Logger(level: .error)))
+                    try await s.replica())
             }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for replica in replicas {

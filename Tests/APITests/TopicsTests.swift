@@ -86,11 +86,11 @@ struct TopicsTests {
             #expect(try await s.request("POST", path + ":subscribe", headers: auth).status == 200)
             #expect(try await s.request("POST", path + ":subscribe", headers: auth).status == 200)
             #expect(
-                try await s.app.registrations.topics.created(projectID: s.project.id, fid: i.fid, topic: "promo") != nil
+                try await s.app.topics.subscription(project: s.project, fid: i.fid, topic: "promo") != nil
             )
             #expect(try await s.request("POST", path + ":unsubscribe", headers: auth).status == 200)
             #expect(
-                try await s.app.registrations.topics.created(projectID: s.project.id, fid: i.fid, topic: "promo") == nil
+                try await s.app.topics.subscription(project: s.project, fid: i.fid, topic: "promo") == nil
             )
             let other = try await s.createInstallation()
             #expect(
@@ -166,7 +166,7 @@ struct TopicsTests {
     @Test func twoThousandTopicLimit() async throws {
         try await TestService.with { s in
             let (fid, token) = try await registered(s, count: 1)[0]
-            try await s.app.pool.query(
+            try await s.pool.query(
                 """
                 INSERT INTO topic_subscriptions (project_id, fid, topic, created_at)
                 SELECT \(s.project.id), \(fid), 'filler-' || n, now() FROM generate_series(1, 1999) AS n

@@ -1,5 +1,4 @@
 import Foundation
-import Postgres
 import Testing
 
 @testable import Registry
@@ -38,9 +37,9 @@ struct RegistryRulesTests {
             Identifiers.isValidProjectID("demo-proj") && !Identifiers.isValidProjectID("Demo")
                 && !Identifiers.isValidProjectID("ab"))
         #expect(try Identifiers.newRefreshToken().hasPrefix("3_"))
-        let token = try RegistrationService.newToken(fid: "dIsVQ2QVRT-TsRovAPrE3U")
-        #expect(token.hasPrefix("dIsVQ2QVRT-TsRovAPrE3U:") && RegistrationService.isValidToken(token))
-        #expect(!RegistrationService.isValidToken("with space") && !RegistrationService.isValidToken(""))
+        let token = try RegistrationToken.new(fid: "dIsVQ2QVRT-TsRovAPrE3U")
+        #expect(token.hasPrefix("dIsVQ2QVRT-TsRovAPrE3U:") && RegistrationToken.isValid(token))
+        #expect(!RegistrationToken.isValid("with space") && !RegistrationToken.isValid(""))
     }
 
     @Test func topicNames() {
@@ -78,20 +77,19 @@ struct RegistryRulesTests {
 
     @Test func sendabilityFollowsStateConsentAndAge() {
         let clock = ManualClock(Date(timeIntervalSince1970: 1_800_000_000))
-        let targeting = TargetingService(
-            pool: PostgresPool(.init(conninfo: "")), clock: clock,
-            freshness: Freshness(staleDays: 30, expireDays: 270))
-        func registration(ageDays: Double, state: String = "active") -> Registration {
+        let freshness = Freshness(staleDays: 30, expireDays: 270)
+        func registration(ageDays: Double, state: RegistrationState = .active) -> Registration {
             let at = clock.now().addingTimeInterval(-ageDays * 86_400)
             return Registration(
                 projectID: "p", fid: "f", token: "t", platform: .web, state: state, createdAt: at, refreshedAt: at)
         }
-        #expect(targeting.sendability(of: registration(ageDays: 1), messagingConsent: true) == .ok)
-        #expect(targeting.sendability(of: registration(ageDays: 31), messagingConsent: true) == .stale)
-        #expect(targeting.sendability(of: registration(ageDays: 271), messagingConsent: true) == .expired)
-        #expect(targeting.sendability(of: registration(ageDays: 1), messagingConsent: false) == .noConsent)
+        #expect(freshness.sendability(of: registration(ageDays: 1), messagingConsent: true, at: clock.now()) == .ok)
+        #expect(freshness.sendability(of: registration(ageDays: 31), messagingConsent: true, at: clock.now()) == .stale)
+        #expect(freshness.sendability(of: registration(ageDays: 271), messagingConsent: true, at: clock.now()) == .expired)
+        #expect(freshness.sendability(of: registration(ageDays: 1), messagingConsent: false, at: clock.now()) == .noConsent)
         #expect(
-            targeting.sendability(of: registration(ageDays: 1, state: "disabled"), messagingConsent: true) == .disabled)
+            freshness.sendability(of: registration(ageDays: 1, state: .disabled), messagingConsent: true, at: clock.now())
+                == .disabled)
         #expect(Sendability.stale.sendable && !Sendability.expired.sendable)
     }
 

@@ -72,7 +72,7 @@ struct ConsentController {
             "purpose": .string(state.purpose), "autoInitEnabled": .bool(state.granted),
             "policyVersion": state.policyVersion.map { .string($0) } ?? .null,
             "source": state.source.map { .string($0) } ?? .null,
-            "actor": .string(state.actor), "updateTime": .string(Timestamp.rfc3339(state.updatedAt)),
+            "actor": .string(state.actor.rawValue), "updateTime": .string(Timestamp.rfc3339(state.updatedAt)),
         ]
     }
 
@@ -80,7 +80,7 @@ struct ConsentController {
         [
             "sequence": .int(event.sequence), "purpose": .string(event.purpose),
             "autoInitEnabled": .bool(event.granted),
-            "previous": event.previous.map { .bool($0) } ?? .null, "actor": .string(event.actor),
+            "previous": event.previous.map { .bool($0) } ?? .null, "actor": .string(event.actor.rawValue),
             "source": event.source.map { .string($0) } ?? .null,
             "policyVersion": event.policyVersion.map { .string($0) } ?? .null,
             "time": .string(Timestamp.rfc3339(event.recordedAt)),

@@ -7,7 +7,7 @@ import Registry
 struct DeletionsController: Sendable {
     let auth: Authenticator
     let deletions: DeletionService
-    let jobs: Jobs
+    let feed: ChangeFeed
 
     func register(_ routes: inout Routes) {
         routes.add("POST", "/v1/projects/{project}/linkedServices", createService)
@@ -77,12 +77,12 @@ struct DeletionsController: Sendable {
         [
             "id": .string(String(receipt.id)), "fid": receipt.fid.map { .string($0) } ?? .null,
             "fidHash": .string(receipt.fidHash),
-            "reason": .string(receipt.reason), "requestTime": .string(Timestamp.rfc3339(receipt.requestedAt)),
-            "deadline": .string(Timestamp.rfc3339(receipt.deadline)), "state": .string(receipt.state),
+            "reason": .string(receipt.reason.rawValue), "requestTime": .string(Timestamp.rfc3339(receipt.requestedAt)),
+            "deadline": .string(Timestamp.rfc3339(receipt.deadline)), "state": .string(receipt.state.rawValue),
             "services": .array(
                 receipt.services.map { s in
                     [
-                        "name": .string(s.service), "state": .string(s.state), "attempts": .int(s.attempts),
+                        "name": .string(s.service), "state": .string(s.state.rawValue), "attempts": .int(s.attempts),
                         "lastError": s.lastError.map { .string($0) } ?? .null,
                         "ackTime": s.acknowledgedAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
                     ]
@@ -100,8 +100,7 @@ struct DeletionsController: Sendable {
 
     func listDeletions(_ context: RequestContext) async throws -> HTTPResponse {
         let project = try await project(context)
-        let state = context.request.query("state") ?? "pending"
-        guard ["pending", "overdue", "done"].contains(state) else {
+        guard let state = ReceiptState(rawValue: context.request.query("state") ?? ReceiptState.pending.rawValue) else {
             throw APIError.invalid("state: must be pending, overdue or done")
         }
         let size = try Paging.pageSize(context, default: 100, max: 1000)
@@ -148,20 +147,15 @@ struct DeletionsController: Sendable {
             }
             wait = value
         }
-        let deadline = ContinuousClock.now + .seconds(wait)
-        var page = try await jobs.events(projectID: project.id, after: cursor, limit: 1000)
-        while page.isEmpty && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(200))
-            page = try await jobs.events(projectID: project.id, after: cursor, limit: 1000)
-        }
+        let page = try await feed.events(projectID: project.id, after: cursor, limit: 1000, waitSeconds: wait)
         let items: [JSONValue] = page.map { e in
             var members: [(String, JSONValue)] = [
-                ("cursor", .string(String(e.seq))), ("type", .string(e.type)), ("fid", .string(e.fid)),
+                ("cursor", .string(String(e.sequence))), ("type", .string(e.type.rawValue)), ("fid", .string(e.fid)),
                 ("time", .string(Timestamp.rfc3339(e.time))),
             ]
-            if let data = e.data, let parsed = try? JSONParser.parse(data) { members.append(("data", parsed)) }
+            if let data = e.data { members.append(("data", data)) }
             return .object(members)
         }
-        return .json(["events": .array(items), "nextCursor": .string(String(page.last?.seq ?? cursor))])
+        return .json(["events": .array(items), "nextCursor": .string(String(page.last?.sequence ?? cursor))])
     }
 }

@@ -10,8 +10,8 @@ struct IIDController: Sendable {
     let auth: Authenticator
     let catalog: Catalog
     let registrations: RegistrationService
+    let topics: TopicService
     let installations: InstallationService
-    let clock: any Clock
 
     static let maxBatch = 1000
     static let maxImport = 100
@@ -31,22 +31,10 @@ struct IIDController: Sendable {
     private func iid(_ context: RequestContext, _ body: (Project) async throws -> HTTPResponse) async throws
         -> HTTPResponse
     {
-        guard let authorization = context.header("authorization") else {
-            return IIDController.error(401, "UNAUTHENTICATED")
-        }
-        let lowered = authorization.lowercased()
-        let key: String
-        if lowered.hasPrefix("bearer ") {
-            key = String(authorization.dropFirst(7))
-        } else if lowered.hasPrefix("key=") {
-            key = String(authorization.dropFirst(4))
-        } else {
-            return IIDController.error(401, "UNAUTHENTICATED")
-        }
-        guard let projectID = try await catalog.projectID(serverKey: key.trimmingCharacters(in: " ")),
-            let project = try await catalog.project(projectID)
-        else { return IIDController.error(401, "UNAUTHENTICATED") }
         do {
+            guard let project = try await auth.serverKeyProject(context) else {
+                return IIDController.error(401, "UNAUTHENTICATED")
+            }
             return try await body(project)
         } catch {
             // Every failure in IID's own shape, including malformed JSON; an unavailable database stays a 503.
@@ -60,8 +48,7 @@ struct IIDController: Sendable {
     private func batchBody(_ context: RequestContext) throws -> (topic: String, tokens: [JSONValue]) {
         let body = FieldReader(try context.jsonObject())
         let to = try body.string("to", required: true, maxBytes: 1024)!
-        let topic = Topic.normalize(to)
-        guard Topic.isValid(topic) else { throw APIError.invalid("to: must be /topics/<name>") }
+        let topic = try TopicService.name(to, field: "to")
         let tokens = try body.array("registration_tokens", required: true, maxCount: IIDController.maxBatch)!
         guard !tokens.isEmpty else { throw APIError.invalid("registration_tokens: must not be empty") }
         guard tokens.allSatisfy({ $0.stringValue != nil }) else {
@@ -73,10 +60,9 @@ struct IIDController: Sendable {
     /// Maps each input token to its installation, or to the per-token error; results stay in input order.
     /// One query for the whole batch.
     private func resolve(_ tokens: [JSONValue], project: Project) async throws -> [Result<String, IIDFailure>] {
-        let valid = tokens.compactMap { $0.stringValue }.filter(RegistrationService.isValidToken)
-        let fids = try await registrations.registrations.fids(projectID: project.id, tokens: Array(Set(valid)))
+        let fids = try await registrations.fids(project: project, tokens: tokens.compactMap { $0.stringValue })
         return tokens.map { value in
-            guard let token = value.stringValue, RegistrationService.isValidToken(token) else {
+            guard let token = value.stringValue, RegistrationToken.isValid(token) else {
                 return .failure(IIDFailure(code: "INVALID_ARGUMENT"))
             }
             guard let fid = fids[token] else { return .failure(IIDFailure(code: "NOT_FOUND")) }
@@ -89,8 +75,7 @@ struct IIDController: Sendable {
             let (topic, tokens) = try batchBody(context)
             let resolved = try await resolve(tokens, project: project)
             let fids = resolved.compactMap { try? $0.get() }
-            let outcome = try await registrations.topics.add(
-                projectID: project.id, fids: fids, topic: topic, at: clock.now())
+            let outcome = try await topics.subscribe(project: project, fids: fids, topic: topic)
             let results: [JSONValue] = resolved.map { entry in
                 switch entry {
                 case let .failure(f): return ["error": .string(f.code)]
@@ -105,8 +90,8 @@ struct IIDController: Sendable {
         try await iid(context) { project in
             let (topic, tokens) = try batchBody(context)
             let resolved = try await resolve(tokens, project: project)
-            _ = try await registrations.topics.remove(
-                projectID: project.id, fids: resolved.compactMap { try? $0.get() }, topic: topic)
+            _ = try await topics.unsubscribe(
+                project: project, fids: resolved.compactMap { try? $0.get() }, topic: topic)
             let results: [JSONValue] = resolved.map { entry in
                 if case let .failure(f) = entry { return ["error": .string(f.code)] }
                 return [:]
@@ -116,10 +101,9 @@ struct IIDController: Sendable {
     }
 
     private func relation(_ context: RequestContext, project: Project) async throws -> (fid: String, topic: String) {
-        let topic = Topic.normalize(context.parameter("topic"))
-        guard Topic.isValid(topic) else { throw APIError(400, "INVALID_ARGUMENT", "invalid topic") }
+        let topic = try TopicService.name(context.parameter("topic"), field: "topic")
         let token = context.parameter("token")
-        guard RegistrationService.isValidToken(token) else { throw APIError(400, "INVALID_ARGUMENT", "invalid token") }
+        guard RegistrationToken.isValid(token) else { throw APIError(400, "INVALID_ARGUMENT", "invalid token") }
         guard let registration = try await registrations.find(project: project, tokenOrFID: token),
             registration.token == token
         else {
@@ -131,9 +115,7 @@ struct IIDController: Sendable {
     func addRelation(_ context: RequestContext) async throws -> HTTPResponse {
         try await iid(context) { project in
             let (fid, topic) = try await relation(context, project: project)
-            if try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: clock.now())[
-                fid] == .tooManyTopics
-            {
+            if try await topics.subscribe(project: project, fids: [fid], topic: topic)[fid] == .tooManyTopics {
                 return IIDController.error(400, "TOO_MANY_TOPICS")
             }
             return .json([:])
@@ -143,7 +125,7 @@ struct IIDController: Sendable {
     func removeRelation(_ context: RequestContext) async throws -> HTTPResponse {
         try await iid(context) { project in
             let (fid, topic) = try await relation(context, project: project)
-            _ = try await registrations.topics.remove(projectID: project.id, fids: [fid], topic: topic)
+            _ = try await topics.unsubscribe(project: project, fids: [fid], topic: topic)
             return .json([:])
         }
     }
@@ -152,7 +134,7 @@ struct IIDController: Sendable {
     func info(_ context: RequestContext) async throws -> HTTPResponse {
         try await iid(context) { project in
             let token = context.parameter("token")
-            guard RegistrationService.isValidToken(token),
+            guard RegistrationToken.isValid(token),
                 let registration = try await registrations.find(project: project, tokenOrFID: token),
                 registration.token == token,
                 let installation = try await installations.find(project: project, fid: registration.fid)
@@ -166,18 +148,10 @@ struct IIDController: Sendable {
             ]
             if let version = registration.appVersion { members.append(("applicationVersion", .string(version))) }
             if ["true", "1"].contains(context.request.query("details")?.lowercased() ?? "") {
-                var topics: [(String, JSONValue)] = []
-                var after: String?
-                while true {
-                    let page = try await registrations.topics.list(
-                        projectID: project.id, fid: registration.fid, after: after, limit: 1000)
-                    for (topic, created) in page {
-                        topics.append((topic, ["addDate": .string(String(Timestamp.rfc3339(created).prefix(10)))]))
-                    }
-                    guard page.count == 1000, let last = page.last else { break }
-                    after = last.topic
+                let subscribed = try await topics.all(project: project, fid: registration.fid).map {
+                    ($0.topic, ["addDate": .string(String(Timestamp.rfc3339($0.createdAt).prefix(10)))] as JSONValue)
                 }
-                members.append(("rel", ["topics": .object(topics)]))
+                members.append(("rel", ["topics": .object(subscribed)]))
             }
             return .json(.object(members))
         }
@@ -198,37 +172,14 @@ struct IIDController: Sendable {
             else {
                 return IIDController.error(404, "NOT_FOUND")
             }
-            var results: [JSONValue] = []
-            for value in tokens {
-                guard let apns = value.stringValue?.lowercased(), (1...200).contains(apns.utf8.count),
-                    Hex.decode(apns) != nil
-                else {
-                    results.append(["apns_token": value, "status": "INVALID_ARGUMENT"])
-                    continue
-                }
-                if let existing = try await registrations.registrations.find(projectID: project.id, apnsToken: apns) {
-                    results.append([
-                        "apns_token": .string(apns), "status": "OK", "registration_token": .string(existing.token),
-                    ])
-                    continue
-                }
-                let created = try await installations.create(
-                    project: project, app: app, requestedFID: nil, sdkVersion: "iid-import")
-                guard let installation = try await installations.find(project: project, fid: created.fid) else {
-                    continue
-                }
-                let template = Registration(
-                    projectID: project.id, fid: created.fid, token: "", platform: .ios, apnsToken: apns,
-                    apnsEnvironment: sandbox ? "SANDBOX" : "PROD", bundleID: application,
-                    createdAt: clock.now(), refreshedAt: clock.now())
-                do {
-                    let registration = try await registrations.register(installation: installation, template: template)
-                    results.append([
-                        "apns_token": .string(apns), "status": "OK", "registration_token": .string(registration.token),
-                    ])
-                } catch let error as RegistryError where error.kind == .failedPrecondition {
-                    _ = try await installations.delete(project: project, fid: created.fid, reason: .server)
-                    results.append(["apns_token": .string(apns), "status": "FAILED_PRECONDITION"])
+            let outcomes = try await registrations.importAPNs(
+                project: project, app: app, apnsTokens: tokens.map(\.stringValue), sandbox: sandbox)
+            let results: [JSONValue] = zip(tokens, outcomes).map { value, outcome in
+                switch outcome {
+                case let .imported(apns, token):
+                    return ["apns_token": .string(apns), "status": "OK", "registration_token": .string(token)]
+                case .invalid: return ["apns_token": value, "status": "INVALID_ARGUMENT"]
+                case let .noConsent(apns): return ["apns_token": .string(apns), "status": "FAILED_PRECONDITION"]
                 }
             }
             return .json(["results": .array(results)])

@@ -79,7 +79,7 @@ struct InstallationsController {
         try await auth.optionalApp(context, project: project)
         let refreshToken = try auth.refreshToken(context)
         _ = try await installations.authenticate(project: project, fid: fid, refreshToken: refreshToken)
-        guard try await installations.delete(project: project, fid: fid, reason: .client) else {
+        guard try await installations.delete(projectID: project.id, fid: fid, reason: .client) else {
             throw APIError.notFound("installation \(fid) not found")
         }
         return .json([:])
@@ -95,7 +95,7 @@ struct InstallationsController {
 
     private func serverDelete(project: Project, fid: String) async throws {
         guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
-        if try await installations.delete(project: project, fid: fid, reason: .server) { return }
+        if try await installations.delete(projectID: project.id, fid: fid, reason: .server) { return }
         if try await installations.wasDeleted(project: project, fid: fid) {
             throw APIError(409, "ABORTED", "installation \(fid) was already deleted")
         }

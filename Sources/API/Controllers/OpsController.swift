@@ -1,13 +1,11 @@
 import HTTP
 import JSON
-import Postgres
 import Registry
 import Synchronization
 
 /// Health, readiness, metrics, the JWKS of auth-token keys and the OpenAPI document. No authentication.
 struct OpsController: Sendable {
-    let pool: PostgresPool
-    let migrator: Migrator
+    let health: any StoreHealth
     let tokens: TokenIssuer
     let metrics: Metrics
     let jobs: Jobs
@@ -29,11 +27,7 @@ struct OpsController: Sendable {
     /// Ready when not draining, the database answers and every migration is applied; 503 otherwise.
     func readyz(_ context: RequestContext) async throws -> HTTPResponse {
         if draining() { return OpsController.notReady("draining") }
-        do {
-            guard try await migrator.isCurrent(on: pool) else { return OpsController.notReady("migrations pending") }
-        } catch {
-            return OpsController.notReady("database unreachable")
-        }
+        if let reason = await health.unreadiness() { return OpsController.notReady(reason) }
         return .json(["status": "ready"])
     }
 
@@ -44,16 +38,12 @@ struct OpsController: Sendable {
     }
 
     func metricsText(_ context: RequestContext) async throws -> HTTPResponse {
-        let pool = self.pool.statistics
+        let connections = health.connections
         var extra = serverGauges()
-        extra += [
-            "# HELP db_pool_connections Database connections by state.", "# TYPE db_pool_connections gauge",
-            "db_pool_connections{state=\"in_use\"} \(pool.inUse)", "db_pool_connections{state=\"idle\"} \(pool.idle)",
-            "# HELP db_pool_waiting Requests waiting for a database connection.", "# TYPE db_pool_waiting gauge",
-            "db_pool_waiting \(pool.waiting)",
-        ]
+        extra += PrometheusText.connectionGauges(
+            inUse: connections.inUse, idle: connections.idle, waiting: connections.waiting)
         // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
-        if let registry = try? await jobs.metricsLines() { extra += registry }
+        if let gauges = try? await jobs.gauges() { extra += PrometheusText.registryGauges(gauges) }
         return HTTPResponse(
             status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render(extra: extra))
     }

@@ -22,8 +22,8 @@ struct RegistrationsController: Sendable {
         let project = try await auth.project(context)
         try await auth.optionalApp(context, project: project)
         let installation = try await auth.installation(context, project: project)
-        let template = try RegistrationsController.clientTemplate(try context.jsonObject())
-        let stored = try await registrations.register(installation: installation, template: template)
+        let request = try RegistrationsController.clientRegistration(try context.jsonObject())
+        let stored = try await registrations.register(installation: installation, request)
         return .json(RegistrationsController.json(stored, project: project))
     }
 
@@ -36,8 +36,8 @@ struct RegistrationsController: Sendable {
             let current = try await registrations.find(project: project, tokenOrFID: context.parameter("registration")),
             current.fid == installation.fid
         else { throw APIError.notFound("registration not found for this installation") }
-        let template = try RegistrationsController.clientTemplate(try context.jsonObject())
-        let stored = try await registrations.register(installation: installation, template: template)
+        let request = try RegistrationsController.clientRegistration(try context.jsonObject())
+        let stored = try await registrations.register(installation: installation, request)
         return .json(RegistrationsController.json(stored, project: project))
     }
 
@@ -73,19 +73,17 @@ struct RegistrationsController: Sendable {
         guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
         let body = FieldReader(try context.jsonObject())
         let token = try body.string("token", required: true, maxBytes: 4096)!
-        guard RegistrationService.isValidToken(token) else {
-            throw APIError.invalid("token: 1-4096 characters of A-Z a-z 0-9 _ : . -")
-        }
         guard let platform = Platform(rawValue: try body.string("platform", required: true, maxBytes: 16)!) else {
             throw APIError.invalid("platform: must be ios, android or web")
         }
-        let apnsToken = try body.string("apnsToken", maxBytes: 200)
-        if let apnsToken, Hex.decode(apnsToken) == nil || apnsToken.isEmpty {
-            throw APIError.invalid("apnsToken: must be hexadecimal")
-        }
         let environment = try body.string("apnsEnvironment", maxBytes: 16)
-        if let environment, environment != "SANDBOX" && environment != "PROD" {
-            throw APIError.invalid("apnsEnvironment: must be SANDBOX or PROD")
+        var apns: APNsDevice?
+        if let apnsToken = try body.string("apnsToken", maxBytes: 200) {
+            apns = try APNsDevice(
+                token: apnsToken, environment: environment, tokenField: "apnsToken",
+                environmentField: "apnsEnvironment")
+        } else if let environment {
+            _ = try APNsDevice.environment(environment, field: "apnsEnvironment")
         }
         var clientTime: Date?
         if let text = try body.string("clientTime", maxBytes: 64) {
@@ -94,11 +92,9 @@ struct RegistrationsController: Sendable {
             }
             clientTime = parsed
         }
-        let now = Date()
-        let template = Registration(
-            projectID: project.id, fid: fid, token: token, platform: platform, apnsToken: apnsToken?.lowercased(),
-            apnsEnvironment: environment, clientTime: clientTime, createdAt: now, refreshedAt: now)
-        let (stored, outcome) = try await registrations.refresh(project: project, fid: fid, template: template)
+        let (stored, outcome) = try await registrations.refresh(
+            project: project, fid: fid,
+            TokenRefresh(token: token, platform: platform, apns: apns, clientTime: clientTime))
         var json = RegistrationsController.json(stored, project: project)
         if case var .object(members) = json {
             members.append(("outcome", .string(outcome.rawValue)))
@@ -110,18 +106,16 @@ struct RegistrationsController: Sendable {
     func sendability(_ context: RequestContext) async throws -> HTTPResponse {
         let project = try await auth.project(context)
         try await auth.server(context, project: project)
-        let verdict = try await registrations.sendability(
-            project: project, token: context.parameter("registration"), targeting: targeting)
+        let verdict = try await targeting.sendability(project: project, token: context.parameter("registration"))
         return .json(["sendable": .bool(verdict.sendable), "reason": .string(verdict.rawValue)])
     }
 
     // MARK: - Wire formats
 
     /// Reads a client body: exactly one of `web`, `ios`, `android`.
-    static func clientTemplate(_ json: JSONValue) throws -> Registration {
+    static func clientRegistration(_ json: JSONValue) throws -> ClientRegistration {
         let body = FieldReader(json)
         let sdkVersion = try body.text("fcm_sdk_version", maxBytes: 64)
-        let now = Date()
         let present = ["web", "ios", "android"].filter { json[$0].map { !$0.isNull } ?? false }
         guard present.count == 1 else { throw APIError.invalid("exactly one of web, ios or android is required") }
         if let web = try body.object("web") {
@@ -135,38 +129,30 @@ struct RegistrationsController: Sendable {
             guard Base64URL.decode(p256dh) != nil else { throw APIError.invalid("web.p256dh: must be base64url") }
             let key = try web.string("applicationPubKey", maxBytes: 256)
             let origin = try web.text("origin", maxBytes: 256)
-            return Registration(
-                projectID: "", fid: "", token: "", platform: .web, sdkVersion: sdkVersion,
-                web: WebPush(endpoint: endpoint, auth: auth, p256dh: p256dh, applicationPubKey: key, origin: origin),
-                createdAt: now, refreshedAt: now)
+            return ClientRegistration(
+                platform: .web, sdkVersion: sdkVersion,
+                web: WebPush(endpoint: endpoint, auth: auth, p256dh: p256dh, applicationPubKey: key, origin: origin))
         }
         if let ios = try body.object("ios") {
-            let apns = try ios.string("apns_token", required: true, maxBytes: 200, allowEmpty: false)!
-            guard Hex.decode(apns) != nil else { throw APIError.invalid("ios.apns_token: must be hexadecimal") }
-            let environment = try ios.string("apns_environment", maxBytes: 16) ?? "PROD"
-            guard environment == "SANDBOX" || environment == "PROD" else {
-                throw APIError.invalid("ios.apns_environment: must be SANDBOX or PROD")
-            }
-            return Registration(
-                projectID: "", fid: "", token: "", platform: .ios, apnsToken: apns.lowercased(),
-                apnsEnvironment: environment,
-                bundleID: try ios.text("bundle_id", maxBytes: 255),
-                appVersion: try ios.text("app_version", maxBytes: 64),
-                sdkVersion: sdkVersion, createdAt: now, refreshedAt: now)
+            let apns = try APNsDevice(
+                token: try ios.string("apns_token", required: true, maxBytes: 200, allowEmpty: false)!,
+                environment: try ios.string("apns_environment", maxBytes: 16) ?? APNsEnvironment.production.rawValue,
+                tokenField: "ios.apns_token", environmentField: "ios.apns_environment")
+            return ClientRegistration(
+                platform: .ios, apns: apns, bundleID: try ios.text("bundle_id", maxBytes: 255),
+                appVersion: try ios.text("app_version", maxBytes: 64), sdkVersion: sdkVersion)
         }
         let android = try body.object("android")!
-        return Registration(
-            projectID: "", fid: "", token: "", platform: .android,
-            bundleID: try android.text("package_name", maxBytes: 255),
-            appVersion: try android.text("app_version", maxBytes: 64),
-            sdkVersion: sdkVersion, createdAt: now, refreshedAt: now)
+        return ClientRegistration(
+            platform: .android, bundleID: try android.text("package_name", maxBytes: 255),
+            appVersion: try android.text("app_version", maxBytes: 64), sdkVersion: sdkVersion)
     }
 
     static func json(_ r: Registration, project: Project) -> JSONValue {
         var members: [(String, JSONValue)] = [
             ("name", .string("projects/\(project.id)/registrations/\(r.fid)")), ("token", .string(r.token)),
             ("fid", .string(r.fid)),
-            ("platform", .string(r.platform.rawValue)), ("state", .string(r.state)),
+            ("platform", .string(r.platform.rawValue)), ("state", .string(r.state.rawValue)),
             ("refreshTime", .string(Timestamp.rfc3339(r.refreshedAt))),
         ]
         if let web = r.web {
@@ -185,7 +171,7 @@ struct RegistrationsController: Sendable {
                     "ios",
                     [
                         "apns_token": r.apnsToken.map { .string($0) } ?? .null,
-                        "apns_environment": r.apnsEnvironment.map { .string($0) } ?? .null,
+                        "apns_environment": r.apnsEnvironment.map { .string($0.rawValue) } ?? .null,
                         "bundle_id": r.bundleID.map { .string($0) } ?? .null,
                     ]
                 ))

@@ -9,8 +9,8 @@ import Registry
 struct TopicsController: Sendable {
     let auth: Authenticator
     let registrations: RegistrationService
+    let topics: TopicService
     let targeting: TargetingService
-    let clock: any Clock
 
     func register(_ routes: inout Routes) {
         let base = "/v1/projects/{project}/registrations/{registration}/topicSubscriptions"
@@ -38,15 +38,11 @@ struct TopicsController: Sendable {
         return (project, fid)
     }
 
-    static func topicName(_ raw: String?) throws -> String {
-        guard let raw, !raw.isEmpty else { throw APIError.invalid("topicName: required") }
-        let name = Topic.normalize(raw)
-        guard Topic.isValid(name) else { throw APIError.invalid("topicName: must match [a-zA-Z0-9-_.~%]{1,900}") }
-        return name
-    }
+    static func topicName(_ raw: String?) throws -> String { try TopicService.name(raw, field: "topicName") }
 
-    func subscription(_ context: RequestContext, topic: String, created: Date) -> JSONValue {
-        let time = Timestamp.rfc3339(created)
+    func subscription(_ context: RequestContext, _ subscription: TopicSubscription) -> JSONValue {
+        let time = Timestamp.rfc3339(subscription.createdAt)
+        let topic = subscription.topic
         return [
             "name": .string(
                 "projects/\(context.parameter("project"))/registrations/\(context.parameter("registration"))/topicSubscriptions/\(topic)"
@@ -71,42 +67,40 @@ struct TopicsController: Sendable {
             ?? (try FieldReader(body).string("topic_name", maxBytes: 1024))
         let topic = try TopicsController.topicName(context.request.query("topicName", "topic_name") ?? fromBody)
         let (project, fid) = try await serverSubject(context)
-        let now = clock.now()
-        switch try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid] {
-        case .alreadyExists?: throw APIError(409, "ALREADY_EXISTS", "the topic subscription already exists")
-        case .tooManyTopics?: throw TopicsController.tooMany()
-        default: return .json(subscription(context, topic: topic, created: now))
-        }
+        let (created, added) = try await subscribe(project: project, fid: fid, topic: topic)
+        guard added else { throw APIError(409, "ALREADY_EXISTS", "the topic subscription already exists") }
+        return .json(subscription(context, created))
     }
 
-    static func tooMany() -> APIError {
-        var error = APIError(
-            400, "FAILED_PRECONDITION", "the installation already holds \(Topic.maxPerInstallation) topics")
-        error.details = [
-            ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "TOO_MANY_TOPICS"]
-        ]
-        return error
+    /// Subscribes, answering FCM's `TOO_MANY_TOPICS` error when the installation is full.
+    private func subscribe(project: Project, fid: String, topic: String) async throws -> (TopicSubscription, Bool) {
+        do {
+            return try await topics.subscribe(project: project, fid: fid, topic: topic)
+        } catch let error as RegistryError where error == TopicService.tooManyTopics {
+            var tooMany = APIError(400, "FAILED_PRECONDITION", error.message)
+            tooMany.details = [
+                ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "TOO_MANY_TOPICS"]
+            ]
+            throw tooMany
+        }
     }
 
     func get(_ context: RequestContext) async throws -> HTTPResponse {
         let topic = try TopicsController.topicName(context.parameter("topic"))
         let (project, fid) = try await serverSubject(context)
-        guard let created = try await registrations.topics.created(projectID: project.id, fid: fid, topic: topic) else {
+        guard let found = try await topics.subscription(project: project, fid: fid, topic: topic) else {
             throw APIError.notFound("topic subscription \(topic) not found")
         }
-        return .json(subscription(context, topic: topic, created: created))
+        return .json(subscription(context, found))
     }
 
     func list(_ context: RequestContext) async throws -> HTTPResponse {
         let (project, fid) = try await serverSubject(context)
         let size = try Paging.pageSize(context, default: 1000, max: 2000)
         let after = try Paging.decode(context.request.query("pageToken", "page_token"))
-        let page = try await registrations.topics.list(projectID: project.id, fid: fid, after: after, limit: size + 1)
+        let page = try await topics.list(project: project, fid: fid, after: after, limit: size + 1)
         var members: [(String, JSONValue)] = [
-            (
-                "topicSubscriptions",
-                .array(page.prefix(size).map { subscription(context, topic: $0.topic, created: $0.created) })
-            )
+            ("topicSubscriptions", .array(page.prefix(size).map { subscription(context, $0) }))
         ]
         if page.count > size, let last = page.prefix(size).last {
             members.append(("nextPageToken", .string(Paging.encode(last.topic))))
@@ -120,24 +114,18 @@ struct TopicsController: Sendable {
         let allowMissing = try TopicsController.allowMissing(context)
         _ = try context.jsonObject(allowEmpty: true)
         let (project, fid) = try await serverSubject(context)
-        if let created = try await registrations.topics.created(projectID: project.id, fid: fid, topic: topic) {
-            return .json(subscription(context, topic: topic, created: created))
+        if let found = try await topics.subscription(project: project, fid: fid, topic: topic) {
+            return .json(subscription(context, found))
         }
         guard allowMissing else { throw APIError.notFound("topic subscription \(topic) not found") }
-        let now = clock.now()
-        if try await registrations.topics.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid]
-            == .tooManyTopics
-        {
-            throw TopicsController.tooMany()
-        }
-        return .json(subscription(context, topic: topic, created: now))
+        return .json(subscription(context, try await subscribe(project: project, fid: fid, topic: topic).0))
     }
 
     func delete(_ context: RequestContext) async throws -> HTTPResponse {
         let topic = try TopicsController.topicName(context.parameter("topic"))
         let allowMissing = try TopicsController.allowMissing(context)
         let (project, fid) = try await serverSubject(context)
-        let removed = try await registrations.topics.remove(projectID: project.id, fids: [fid], topic: topic)
+        let removed = try await topics.unsubscribe(project: project, fids: [fid], topic: topic)
         guard !removed.isEmpty || allowMissing else { throw APIError.notFound("topic subscription \(topic) not found") }
         return .json([:])
     }
@@ -156,21 +144,12 @@ struct TopicsController: Sendable {
 
     func clientSubscribe(_ context: RequestContext) async throws -> HTTPResponse {
         let (project, installation, topic) = try await clientSubject(context)
-        let now = clock.now()
-        if try await registrations.topics.add(projectID: project.id, fids: [installation.fid], topic: topic, at: now)[
-            installation.fid]
-            == .tooManyTopics
-        {
-            throw TopicsController.tooMany()
-        }
-        let created =
-            try await registrations.topics.created(projectID: project.id, fid: installation.fid, topic: topic) ?? now
-        return .json(subscription(context, topic: topic, created: created))
+        return .json(subscription(context, try await subscribe(project: project, fid: installation.fid, topic: topic).0))
     }
 
     func clientUnsubscribe(_ context: RequestContext) async throws -> HTTPResponse {
         let (project, installation, topic) = try await clientSubject(context)
-        _ = try await registrations.topics.remove(projectID: project.id, fids: [installation.fid], topic: topic)
+        _ = try await topics.unsubscribe(project: project, fids: [installation.fid], topic: topic)
         return .json([:])
     }
 

@@ -1,0 +1,79 @@
+import Registry
+
+/// The gauges read at scrape time, as Prometheus exposition lines. The domain and the stores hand over numbers;
+/// only this file knows the text format.
+enum PrometheusText {
+    static func serverGauges(open: Int, inFlight: Int, refused: Int, protocolErrors: [Int: Int]) -> [String] {
+        var lines = [
+            "# HELP http_open_connections Client connections open now.", "# TYPE http_open_connections gauge",
+            "http_open_connections \(open)",
+            "# HELP http_in_flight_requests Requests being handled now.", "# TYPE http_in_flight_requests gauge",
+            "http_in_flight_requests \(inFlight)",
+            "# HELP http_refused_connections_total Connections refused at the connection limit.",
+            "# TYPE http_refused_connections_total counter",
+            "http_refused_connections_total \(refused)",
+            "# HELP http_protocol_errors_total Requests rejected by the HTTP parser, by status.",
+            "# TYPE http_protocol_errors_total counter",
+        ]
+        for (status, count) in protocolErrors.sorted(by: { $0.key < $1.key }) {
+            lines.append("http_protocol_errors_total{status=\"\(status)\"} \(count)")
+        }
+        return lines
+    }
+
+    static func connectionGauges(inUse: Int, idle: Int, waiting: Int) -> [String] {
+        [
+            "# HELP db_pool_connections Database connections by state.", "# TYPE db_pool_connections gauge",
+            "db_pool_connections{state=\"in_use\"} \(inUse)", "db_pool_connections{state=\"idle\"} \(idle)",
+            "# HELP db_pool_waiting Requests waiting for a database connection.", "# TYPE db_pool_waiting gauge",
+            "db_pool_waiting \(waiting)",
+        ]
+    }
+
+    static func registryGauges(_ gauges: RegistryGauges) -> [String] {
+        var lines = ["# HELP registry_deletions Deletions by state.", "# TYPE registry_deletions gauge"]
+        for state in [ReceiptState.pending, .done, .overdue] {
+            lines.append("registry_deletions{state=\"\(state.rawValue)\"} \(gauges.deletions[state] ?? 0)")
+        }
+        lines += [
+            "# HELP registry_oldest_undelivered_deletion_seconds Age of the oldest deletion not yet acknowledged by every service.",
+            "# TYPE registry_oldest_undelivered_deletion_seconds gauge",
+            "registry_oldest_undelivered_deletion_seconds \(gauges.oldestUndeliveredSeconds)",
+            "# HELP registry_delivery_attempts_total Deletion delivery attempts per linked service.",
+            "# TYPE registry_delivery_attempts_total counter",
+            "# HELP registry_delivery_failures_total Failed deletion delivery attempts per linked service.",
+            "# TYPE registry_delivery_failures_total counter",
+        ]
+        for service in gauges.services {
+            let labels = "project=\"\(escape(service.projectID))\",service=\"\(escape(service.service))\""
+            lines.append("registry_delivery_attempts_total{\(labels)} \(service.attempts)")
+            lines.append("registry_delivery_failures_total{\(labels)} \(service.failures)")
+        }
+        lines += [
+            "# HELP registry_job_last_run_timestamp_seconds When each job last ran.",
+            "# TYPE registry_job_last_run_timestamp_seconds gauge",
+            "# HELP registry_job_duration_seconds How long each job's last run took.",
+            "# TYPE registry_job_duration_seconds gauge",
+        ]
+        for run in gauges.jobs {
+            let job = escape(run.job)
+            lines.append("registry_job_last_run_timestamp_seconds{job=\"\(job)\"} \(Int64(run.lastRun.timeIntervalSince1970))")
+            lines.append("registry_job_duration_seconds{job=\"\(job)\"} \(run.durationSeconds)")
+        }
+        return lines
+    }
+
+    /// A label value with `\`, `"` and newlines escaped, as the exposition format requires.
+    static func escape(_ value: String) -> String {
+        var out = ""
+        for c in value {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+}

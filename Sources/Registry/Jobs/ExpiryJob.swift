@@ -1,0 +1,38 @@
+import Foundation
+
+/// Deletes installations idle longer than the expiry period, with reason `inactivity`. Any number of replicas
+/// may run it at once: each deletion re-checks idleness under the installation's lock, and only one succeeds.
+public struct ExpiryJob: Sendable {
+    let installations: InstallationService
+    let store: any InstallationStore
+    let policy: DeletionPolicy
+    let clock: any Clock
+
+    /// - Returns: the installations deleted.
+    public func run(batch: Int = 500) async throws -> Int {
+        let cutoff = clock.now().addingTimeInterval(-policy.expireAfter)
+        var count = 0
+        for idle in try await store.idle(before: cutoff, limit: batch) {
+            if try await installations.delete(
+                projectID: idle.projectID, fid: idle.fid, reason: .inactivity, idleBefore: cutoff)
+            {
+                count += 1
+            }
+        }
+        return count
+    }
+}
+
+/// Reports each registration that passed the expiry age once, as `registration.expired`. Expiry itself is decided
+/// when read, from the last refresh, so targeting never waits for this job.
+public struct RegistrationExpiryJob: Sendable {
+    let store: any MaintenanceStore
+    let freshness: Freshness
+    let clock: any Clock
+
+    /// - Returns: the registrations reported.
+    public func run(batch: Int = 1000) async throws -> Int {
+        try await store.reportExpiredRegistrations(
+            before: clock.now().addingTimeInterval(-freshness.expireAfter), limit: batch)
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import JSON
+
+/// A delivery claimed by one worker under a lease, with what it needs to send the notice.
+public struct ClaimedDelivery: Sendable, Equatable {
+    public let deletionID: Int64
+    public let service: String
+    public let deliveryID: String
+    /// Attempts so far, this one included.
+    public let attempts: Int
+    public let endpoint: String
+    public let secret: String
+    public let projectID: String
+    public let fid: String
+    public let reason: DeletionReason
+    public let requestedAt: Date
+    public let deadline: Date
+
+    public init(
+        deletionID: Int64, service: String, deliveryID: String, attempts: Int, endpoint: String, secret: String,
+        projectID: String, fid: String, reason: DeletionReason, requestedAt: Date, deadline: Date
+    ) {
+        self.deletionID = deletionID
+        self.service = service
+        self.deliveryID = deliveryID
+        self.attempts = attempts
+        self.endpoint = endpoint
+        self.secret = secret
+        self.projectID = projectID
+        self.fid = fid
+        self.reason = reason
+        self.requestedAt = requestedAt
+        self.deadline = deadline
+    }
+}
+
+/// What became of one delivery attempt.
+public enum DeliveryOutcome: Sendable, Equatable {
+    /// 202: the service will acknowledge later.
+    case accepted
+    /// Any other 2xx: the service confirmed.
+    case acknowledged
+    /// Anything else: retried at `retryAt`; `reason` is recorded as the delivery's last error.
+    case failed(reason: String, retryAt: Date)
+}
+
+/// The outbox of deletion notices.
+public protocol DeliveryStore: Sendable {
+    /// Claims up to `limit` pending deliveries due at `now`, each leased until `leaseUntil` (another worker may
+    /// retry it after that), and counts the attempt.
+    func claimDue(at now: Date, leaseUntil: Date, limit: Int) async throws -> [ClaimedDelivery]
+    /// Records the attempt's outcome; an acknowledgement completes the deletion when it was the last.
+    func record(_ delivery: ClaimedDelivery, outcome: DeliveryOutcome, at now: Date) async throws
+}
+
+/// One change-feed event.
+public struct FeedEvent: Sendable, Equatable {
+    public let sequence: Int64
+    public let type: EventType
+    public let fid: String
+    public let data: JSONValue?
+    public let time: Date
+
+    public init(sequence: Int64, type: EventType, fid: String, data: JSONValue?, time: Date) {
+        self.sequence = sequence
+        self.type = type
+        self.fid = fid
+        self.data = data
+        self.time = time
+    }
+}
+
+/// The change feed, as stored.
+public protocol ChangeFeedStore: Sendable {
+    /// Events of a project after `cursor`, in order.
+    func events(projectID: String, after cursor: Int64, limit: Int) async throws -> [FeedEvent]
+    /// Numbers the events of finished transactions and moves them into the feed, in commit-safe order (an event
+    /// is numbered only once no transaction that started before it can still add one with a lower number).
+    ///
+    /// - Returns: how many moved; 0 when another replica is relaying.
+    func relay() async throws -> Int
+}
+
+/// Counts that describe the deletion machinery and the jobs, the same from every replica.
+public struct RegistryGauges: Sendable, Equatable {
+    public struct ServiceCounters: Sendable, Equatable {
+        public let projectID: String
+        public let service: String
+        public let attempts: Int
+        public let failures: Int
+
+        public init(projectID: String, service: String, attempts: Int, failures: Int) {
+            self.projectID = projectID
+            self.service = service
+            self.attempts = attempts
+            self.failures = failures
+        }
+    }
+
+    public struct JobRun: Sendable, Equatable {
+        public let job: String
+        public let lastRun: Date
+        public let durationSeconds: Double
+
+        public init(job: String, lastRun: Date, durationSeconds: Double) {
+            self.job = job
+            self.lastRun = lastRun
+            self.durationSeconds = durationSeconds
+        }
+    }
+
+    public var deletions: [ReceiptState: Int]
+    /// Age of the oldest deletion not yet confirmed by every service (0 when there is none).
+    public var oldestUndeliveredSeconds: Double
+    public var services: [ServiceCounters]
+    public var jobs: [JobRun]
+
+    public init(
+        deletions: [ReceiptState: Int], oldestUndeliveredSeconds: Double, services: [ServiceCounters], jobs: [JobRun]
+    ) {
+        self.deletions = deletions
+        self.oldestUndeliveredSeconds = oldestUndeliveredSeconds
+        self.services = services
+        self.jobs = jobs
+    }
+}
+
+/// Housekeeping the jobs ask of the store.
+public protocol MaintenanceStore: Sendable {
+    /// Removes deletion records whose audit period ended (`completedBefore`) and everything left of a FID at its
+    /// deadline, recording services that never confirmed as overdue (by deletion id and FID hash); drops feed
+    /// events older than `eventsBefore`. One replica at a time.
+    ///
+    /// - Returns: the deletion records removed; 0 when another replica is purging.
+    func purge(at now: Date, completedBefore: Date, eventsBefore: Date) async throws -> Int
+    /// Reports each registration last refreshed before `cutoff` once, as `registration.expired`.
+    func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int
+    func recordRun(job: String, at: Date, durationSeconds: Double, processed: Int) async throws
+    func gauges(at now: Date) async throws -> RegistryGauges
+}

@@ -1,0 +1,63 @@
+import Foundation
+
+/// The background jobs, one file each. Every replica runs them; each claims its work with row locks, leases or a
+/// lock of its own, so replicas never do the same work twice, and a replica that dies mid-job leaves nothing half
+/// done (claims are leases; everything else is one transaction).
+public struct Jobs: Sendable {
+    public let delivery: DeliveryJob
+    public let purge: PurgeJob
+    public let expiry: ExpiryJob
+    public let registrationExpiry: RegistrationExpiryJob
+    let feed: any ChangeFeedStore
+    let maintenance: any MaintenanceStore
+    public let clock: any Clock
+
+    public init(
+        installations: InstallationService, installationStore: any InstallationStore, deliveries: any DeliveryStore,
+        maintenance: any MaintenanceStore, feed: any ChangeFeedStore, transport: any DeliveryTransport,
+        policy: DeletionPolicy, freshness: Freshness, clock: any Clock
+    ) {
+        delivery = DeliveryJob(store: deliveries, transport: transport, policy: policy, clock: clock)
+        purge = PurgeJob(store: maintenance, policy: policy, clock: clock)
+        expiry = ExpiryJob(installations: installations, store: installationStore, policy: policy, clock: clock)
+        registrationExpiry = RegistrationExpiryJob(store: maintenance, freshness: freshness, clock: clock)
+        self.feed = feed
+        self.maintenance = maintenance
+        self.clock = clock
+    }
+
+    /// Runs every job once, in dependency order (expiry creates deliveries, deliveries complete deletions, purge
+    /// removes what is complete, the relay publishes what all of them recorded).
+    ///
+    /// - Returns: what each job processed, by job name.
+    @discardableResult
+    public func runAll() async throws -> [String: Int] {
+        var done: [String: Int] = [:]
+        done["expire"] = try await timed("expire") { try await expiry.run() }
+        done["expire-registrations"] = try await timed("expire-registrations") { try await registrationExpiry.run() }
+        done["deliver"] = try await timed("deliver") { try await delivery.run() }
+        done["purge"] = try await timed("purge") { try await purge.run() }
+        done["relay"] = try await timed("relay") { try await relayEvents() }
+        return done
+    }
+
+    private func timed(_ job: String, _ body: () async throws -> Int) async throws -> Int {
+        let started = ContinuousClock.now
+        let processed = try await body()
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        try await maintenance.recordRun(job: job, at: clock.now(), durationSeconds: seconds, processed: processed)
+        return processed
+    }
+
+    // Each job on its own, for tests and `jobs run`.
+
+    public func deliverDue(batch: Int = 50) async throws -> Int { try await delivery.run(batch: batch) }
+    public func expireIdle() async throws -> Int { try await expiry.run() }
+    public func reportExpiredRegistrations() async throws -> Int { try await registrationExpiry.run() }
+    /// Moves events of finished transactions into the change feed.
+    public func relayEvents() async throws -> Int { try await feed.relay() }
+
+    /// The deletion and job gauges, read from the store so every replica reports the same.
+    public func gauges() async throws -> RegistryGauges { try await maintenance.gauges(at: clock.now()) }
+}

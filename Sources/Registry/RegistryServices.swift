@@ -1,0 +1,54 @@
+/// The domain's services, wired to one set of stores. Built once by the composition root; unit tests build the
+/// same wiring on in-memory stores.
+public struct RegistryServices: Sendable {
+    public let catalog: Catalog
+    public let tokens: TokenIssuer
+    public let installations: InstallationService
+    public let consent: ConsentService
+    public let registrations: RegistrationService
+    public let topics: TopicService
+    public let targeting: TargetingService
+    public let deletions: DeletionService
+    public let feed: ChangeFeed
+    public let jobs: Jobs
+    public let health: any StoreHealth
+    public let clock: any Clock
+
+    /// Wires the services and loads what they need before the first request: the signing keys (the first is made
+    /// when there is none) and the FID-hash key.
+    public static func make(
+        stores: RegistryStores, clock: any Clock, freshness: Freshness = Freshness(),
+        policy: DeletionPolicy = DeletionPolicy(), transport: any DeliveryTransport
+    ) async throws -> RegistryServices {
+        let tokens = TokenIssuer(store: stores.signingKeys, clock: clock)
+        try await tokens.reload()
+        let fidHasher = FIDHasher(key: try await stores.secrets.secret(named: "fid-hmac"))
+        return RegistryServices(
+            stores: stores, tokens: tokens, fidHasher: fidHasher, clock: clock, freshness: freshness, policy: policy,
+            transport: transport)
+    }
+
+    private init(
+        stores: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher, clock: any Clock, freshness: Freshness,
+        policy: DeletionPolicy, transport: any DeliveryTransport
+    ) {
+        self.tokens = tokens
+        self.clock = clock
+        health = stores.health
+        catalog = Catalog(store: stores.catalog)
+        installations = InstallationService(
+            store: stores.installations, tokens: tokens, clock: clock, fidHasher: fidHasher)
+        consent = ConsentService(store: stores.consent, clock: clock)
+        registrations = RegistrationService(store: stores.registrations, installations: installations, clock: clock)
+        topics = TopicService(store: stores.topics, clock: clock)
+        targeting = TargetingService(
+            store: stores.targeting, registrations: registrations, installations: installations, consent: consent,
+            clock: clock, freshness: freshness)
+        deletions = DeletionService(store: stores.deletions, clock: clock, policy: policy, fidHasher: fidHasher)
+        feed = ChangeFeed(store: stores.feed)
+        jobs = Jobs(
+            installations: installations, installationStore: stores.installations, deliveries: stores.deliveries,
+            maintenance: stores.maintenance, feed: stores.feed, transport: transport, policy: policy,
+            freshness: freshness, clock: clock)
+    }
+}

@@ -1,0 +1,49 @@
+/// Everything the domain needs from storage, as one bundle the composition root fills (with the PostgreSQL
+/// stores in production, the in-memory ones in unit tests).
+public struct RegistryStores: Sendable {
+    public var catalog: any CatalogStore
+    public var installations: any InstallationStore
+    public var consent: any ConsentStore
+    public var registrations: any RegistrationStore
+    public var topics: any TopicStore
+    public var targeting: any TargetingStore
+    public var deletions: any DeletionStore
+    public var deliveries: any DeliveryStore
+    public var maintenance: any MaintenanceStore
+    public var feed: any ChangeFeedStore
+    public var signingKeys: any SigningKeyStore
+    public var secrets: any SecretStore
+    public var health: any StoreHealth
+
+    public init(
+        catalog: any CatalogStore, installations: any InstallationStore, consent: any ConsentStore,
+        registrations: any RegistrationStore, topics: any TopicStore, targeting: any TargetingStore,
+        deletions: any DeletionStore, deliveries: any DeliveryStore, maintenance: any MaintenanceStore,
+        feed: any ChangeFeedStore, signingKeys: any SigningKeyStore, secrets: any SecretStore,
+        health: any StoreHealth
+    ) {
+        self.catalog = catalog
+        self.installations = installations
+        self.consent = consent
+        self.registrations = registrations
+        self.topics = topics
+        self.targeting = targeting
+        self.deletions = deletions
+        self.deliveries = deliveries
+        self.maintenance = maintenance
+        self.feed = feed
+        self.signingKeys = signingKeys
+        self.secrets = secrets
+        self.health = health
+    }
+}
+
+/// Whether the store can serve, for readiness and metrics.
+public protocol StoreHealth: Sendable {
+    /// Nil when ready; otherwise why not (unreachable, schema not current).
+    func unreadiness() async -> String?
+    /// Connections in use, idle, and callers waiting for one.
+    var connections: (inUse: Int, idle: Int, waiting: Int) { get }
+    /// Releases the store's connections; called once, at shutdown.
+    func close()
+}

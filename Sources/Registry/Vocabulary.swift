@@ -1,0 +1,43 @@
+/// The closed vocabularies of the domain. Each is stored and sent by its raw value; nothing compares the strings.
+
+/// The kinds of change-feed events (`GET /v1/projects/{project}/events`).
+public enum EventType: String, Sendable, CaseIterable {
+    case installationCreated = "installation.created"
+    case installationDeleted = "installation.deleted"
+    case registrationCreated = "registration.created"
+    case registrationRefreshed = "registration.refreshed"
+    case registrationMoved = "registration.moved"
+    case registrationDisabled = "registration.disabled"
+    case registrationExpired = "registration.expired"
+    case consentChanged = "consent.changed"
+}
+
+/// The stored state of a registration. Staleness and expiry are not states: they are computed from the last
+/// refresh when read (``Freshness``), so they are never out of date.
+public enum RegistrationState: String, Sendable {
+    case active
+    /// Messaging consent was withdrawn; only a new registration revives it.
+    case disabled
+}
+
+/// Where one linked service stands with one deletion.
+public enum DeliveryState: String, Sendable {
+    /// Not yet accepted: attempts continue with back-off.
+    case pending
+    /// The service answered 202 and will acknowledge later.
+    case accepted
+    /// The service confirmed the deletion (2xx, or an acknowledgement after 202).
+    case acknowledged
+    /// Past the deadline and purged without the service's confirmation (overdue receipts).
+    case unacknowledged
+}
+
+/// Where a deletion stands, as its receipt says.
+public enum ReceiptState: String, Sendable, CaseIterable {
+    /// Some linked service has not confirmed yet, and the deadline is ahead.
+    case pending
+    /// The deadline passed before every linked service confirmed.
+    case overdue
+    /// Every linked service that existed at the time confirmed (or there was none).
+    case done
+}

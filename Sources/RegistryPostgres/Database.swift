@@ -1,0 +1,65 @@
+import Postgres
+import Registry
+
+/// The stores' handle on the pool. Every statement goes through here, so every database failure leaves this
+/// module as a ``RegistryError`` (``translate(_:)``): the API never sees a `PostgresError`.
+struct Database: Sendable {
+    let pool: PostgresPool
+
+    @discardableResult
+    func query(_ query: PostgresQuery) async throws -> PostgresRows {
+        try await Database.translating { try await pool.query(query) }
+    }
+
+    /// Runs `body` in one transaction (committed when it returns, rolled back when it throws).
+    func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await Database.translating { try await pool.withTransaction(body) }
+    }
+
+    static func translating<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as PostgresError {
+            throw translate(error)
+        }
+    }
+
+    /// A database failure in the domain's terms. Only the first line of the server's message is kept: the lines
+    /// after it (DETAIL) quote key values, which can be tokens.
+    static func translate(_ error: PostgresError) -> RegistryError {
+        if error.isUnavailable {
+            return RegistryError(.unavailable, "the database is unavailable; retry later")
+        }
+        let summary = error.message.split(separator: "\n").first.map(String.init) ?? ""
+        switch error.sqlState {
+        case PostgresError.uniqueViolation?:
+            return RegistryError(.alreadyExists, "the resource already exists")
+        case PostgresError.serializationFailure?, PostgresError.deadlockDetected?:
+            return RegistryError(.aborted, "a concurrent change got in the way; retry")
+        case "57014"?:  // query_canceled: statement_timeout
+            return RegistryError(.unavailable, "the database did not answer in time; retry later")
+        case let state? where state.hasPrefix("22"):  // data exception: a value out of the column's range
+            return RegistryError(.invalidArgument, "a value is out of range")
+        default:
+            return RegistryError(.internal, "database error \(error.code) [\(error.sqlState ?? "-")]: \(summary)")
+        }
+    }
+}
+
+extension PostgresRow {
+    /// A column holding one of a closed vocabulary; a value outside it is a corrupt row, not a default.
+    func require<Value: RawRepresentable>(_ column: String, as type: Value.Type) throws -> Value
+    where Value.RawValue == String {
+        let raw: String = try require(column)
+        guard let value = Value(rawValue: raw) else {
+            throw RegistryError(.internal, "column \(column) holds \(raw.prefix(32)), not a \(Value.self)")
+        }
+        return value
+    }
+
+    func decode<Value: RawRepresentable>(_ column: String, as type: Value.Type) throws -> Value?
+    where Value.RawValue == String {
+        guard let raw: String = try decode(column) else { return nil }
+        return try require(column, as: type)
+    }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import Postgres
+import Registry
+
+/// ``DeletionStore`` on PostgreSQL: linked services, deletion records (live and purged), acknowledgements.
+struct PostgresDeletionStore: DeletionStore {
+    let db: Database
+
+    // MARK: - Linked services
+
+    func addLinkedService(projectID: String, service: LinkedService, secret: String) async throws -> Bool {
+        do {
+            try await db.query(
+                """
+                INSERT INTO linked_services (project_id, name, endpoint, secret, created_at)
+                VALUES (\(projectID), \(service.name), \(service.endpoint), \(secret), \(service.createdAt))
+                """)
+            return true
+        } catch let error as RegistryError where error.kind == .alreadyExists {
+            return false
+        }
+    }
+
+    func linkedServices(projectID: String) async throws -> [LinkedService] {
+        try await db.query(
+            "SELECT name, endpoint, created_at FROM linked_services WHERE project_id = \(projectID) ORDER BY name"
+        ).map {
+            LinkedService(
+                name: try $0.require("name"), endpoint: try $0.require("endpoint"),
+                createdAt: try $0.require("created_at"))
+        }
+    }
+
+    func removeLinkedService(projectID: String, name: String, at: Date) async throws -> Bool {
+        try await db.transaction { c in
+            let removed = try await c.query(
+                "DELETE FROM linked_services WHERE project_id = \(projectID) AND name = \(name)")
+            guard removed.affectedRows == 1 else { return false }
+            let affected = try await c.query(
+                """
+                DELETE FROM deletion_deliveries d USING deletions del
+                WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND d.service = \(name)
+                  AND d.state <> \(DeliveryState.acknowledged.rawValue)
+                RETURNING d.deletion_id
+                """)
+            for row in affected {
+                try await Self.completeIfDone(try row.require("deletion_id"), at: at, on: c)
+            }
+            return true
+        }
+    }
+
+    /// Completes a deletion once no delivery of it is unconfirmed.
+    static func completeIfDone(_ id: Int64, at: Date, on c: PostgresConnection) async throws {
+        try await c.query(
+            """
+            UPDATE deletions SET completed_at = \(at) WHERE id = \(id) AND completed_at IS NULL
+            AND NOT EXISTS (SELECT 1 FROM deletion_deliveries WHERE deletion_id = \(id)
+                AND state <> \(DeliveryState.acknowledged.rawValue))
+            """)
+    }
+
+    // MARK: - Records
+
+    func deletion(projectID: String, fid: String, fidHash: [UInt8]) async throws -> DeletionRecord? {
+        if let row = try await db.query("SELECT * FROM deletions WHERE project_id = \(projectID) AND fid = \(fid)")
+            .first
+        {
+            return try await live(row)
+        }
+        // Purged at its deadline with services unacknowledged: known only by the keyed hash.
+        return try await db.query(
+            "SELECT * FROM overdue_deletions WHERE project_id = \(projectID) AND fid_hmac = \(ByteA(fidHash))"
+        ).first.map(Self.purged)
+    }
+
+    func deletions(projectID: String, state: ReceiptState, at now: Date, afterID: Int64, limit: Int) async throws
+        -> [DeletionRecord]
+    {
+        // The receipt states of DeletionRecord.state(at:), as SQL.
+        let condition: String
+        switch state {
+        case .done: condition = "completed_at IS NOT NULL"
+        case .pending: condition = "completed_at IS NULL AND deadline > $2::timestamptz"
+        case .overdue: condition = "completed_at IS NULL AND deadline <= $2::timestamptz"
+        }
+        let rows = try await db.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT * FROM deletions WHERE project_id = $1 AND \(condition) AND $2::timestamptz IS NOT NULL
+                    AND id > $3::bigint ORDER BY id LIMIT $4::int
+                    """, binds: [projectID, now.postgresText, String(afterID), String(limit)]))
+        var records: [DeletionRecord] = []
+        for row in rows { records.append(try await live(row)) }
+        guard state == .overdue else { return records }
+        let purged = try await db.query(
+            """
+            SELECT * FROM overdue_deletions WHERE project_id = \(projectID) AND deletion_id > \(afterID)
+            ORDER BY deletion_id LIMIT \(limit)
+            """
+        ).map(Self.purged)
+        return Array((records + purged).sorted { $0.id < $1.id }.prefix(limit))
+    }
+
+    private func live(_ row: PostgresRow) async throws -> DeletionRecord {
+        let id: Int64 = try row.require("id")
+        let deliveries = try await db.query(
+            "SELECT * FROM deletion_deliveries WHERE deletion_id = \(id) ORDER BY service"
+        ).map {
+            DeliveryStatus(
+                service: try $0.require("service"), state: try $0.require("state", as: DeliveryState.self),
+                attempts: try $0.require("attempts"), lastError: try $0.decode("last_error"),
+                acknowledgedAt: try $0.decode("acknowledged_at"))
+        }
+        return DeletionRecord(
+            id: id, fid: try row.require("fid"), fidHash: try row.require("fid_hmac", as: ByteA.self).bytes,
+            reason: try row.require("reason", as: DeletionReason.self), requestedAt: try row.require("requested_at"),
+            deadline: try row.require("deadline"), completedAt: try row.decode("completed_at"), purged: false,
+            services: deliveries)
+    }
+
+    private static func purged(_ row: PostgresRow) throws -> DeletionRecord {
+        let services = (try row.require("services", as: String.self)).trimmingCharacters(
+            in: CharacterSet(charactersIn: "{}")
+        ).split(separator: ",").map {
+            DeliveryStatus(
+                service: String($0), state: .unacknowledged, attempts: 0, lastError: nil, acknowledgedAt: nil)
+        }
+        return DeletionRecord(
+            id: try row.require("deletion_id"), fid: nil, fidHash: try row.require("fid_hmac", as: ByteA.self).bytes,
+            reason: try row.require("reason", as: DeletionReason.self), requestedAt: try row.require("requested_at"),
+            deadline: try row.require("deadline"), completedAt: nil, purged: true, services: services)
+    }
+
+    // MARK: - Acknowledgements
+
+    func acknowledge(projectID: String, fid: String, service: String, at: Date) async throws -> Bool {
+        try await db.transaction { c in
+            let rows = try await c.query(
+                """
+                UPDATE deletion_deliveries d SET state = \(DeliveryState.acknowledged.rawValue), acknowledged_at = \(at)
+                FROM deletions del WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND del.fid = \(fid)
+                AND d.service = \(service) RETURNING d.deletion_id
+                """)
+            guard let id = try rows.first?.require("deletion_id", as: Int64.self) else { return false }
+            try await Self.completeIfDone(id, at: at, on: c)
+            return true
+        }
+    }
+}

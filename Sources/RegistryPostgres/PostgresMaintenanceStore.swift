@@ -1,0 +1,99 @@
+import Foundation
+import Postgres
+import Registry
+
+/// ``MaintenanceStore`` on PostgreSQL: purge, the registration-expiry report, job bookkeeping and gauges.
+struct PostgresMaintenanceStore: MaintenanceStore {
+    let db: Database
+    static let purgeLock: Int64 = 0x7472_7075_7267_6501
+
+    func purge(at now: Date, completedBefore: Date, eventsBefore: Date) async throws -> Int {
+        try await db.transaction { c in
+            guard
+                try await c.query("SELECT pg_try_advisory_xact_lock(\(Self.purgeLock)) AS ok").first?.require(
+                    "ok", as: Bool.self) == true
+            else { return 0 }
+            try await c.query(
+                """
+                INSERT INTO overdue_deletions (deletion_id, project_id, fid_hmac, reason, requested_at, deadline, services, purged_at)
+                SELECT del.id, del.project_id, del.fid_hmac, del.reason, del.requested_at, del.deadline,
+                       array_agg(d.service ORDER BY d.service), \(now)
+                FROM deletions del JOIN deletion_deliveries d ON d.deletion_id = del.id
+                    AND d.state <> \(DeliveryState.acknowledged.rawValue)
+                WHERE del.deadline <= \(now) GROUP BY del.id
+                ON CONFLICT DO NOTHING
+                """)
+            let purged = try await c.query(
+                """
+                DELETE FROM deletions WHERE deadline <= \(now)
+                   OR (completed_at IS NOT NULL AND completed_at <= \(completedBefore))
+                RETURNING project_id, fid
+                """)
+            for row in purged {
+                let project: String = try row.require("project_id")
+                let fid: String = try row.require("fid")
+                try await c.query("DELETE FROM events WHERE project_id = \(project) AND fid = \(fid)")
+                try await c.query("DELETE FROM event_outbox WHERE project_id = \(project) AND fid = \(fid)")
+            }
+            try await c.query("DELETE FROM events WHERE created_at < \(eventsBefore)")
+            return purged.count
+        }
+    }
+
+    func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int {
+        try await db.query(
+            """
+            WITH due AS (
+                SELECT project_id, fid FROM registrations WHERE NOT expired_reported AND refreshed_at < \(cutoff)
+                LIMIT \(limit) FOR UPDATE SKIP LOCKED
+            ), marked AS (
+                UPDATE registrations r SET expired_reported = true FROM due
+                WHERE r.project_id = due.project_id AND r.fid = due.fid RETURNING r.project_id, r.fid
+            )
+            INSERT INTO event_outbox (project_id, type, fid)
+            SELECT project_id, \(EventType.registrationExpired.rawValue), fid FROM marked
+            """
+        ).affectedRows
+    }
+
+    func recordRun(job: String, at: Date, durationSeconds: Double, processed: Int) async throws {
+        try await db.query(
+            """
+            INSERT INTO job_runs (job, last_run_at, duration_ms, processed)
+            VALUES (\(job), \(at), \(durationSeconds * 1000), \(processed))
+            ON CONFLICT (job) DO UPDATE SET last_run_at = excluded.last_run_at, duration_ms = excluded.duration_ms,
+                processed = excluded.processed
+            """)
+    }
+
+    func gauges(at now: Date) async throws -> RegistryGauges {
+        var gauges = RegistryGauges(deletions: [:], oldestUndeliveredSeconds: 0, services: [], jobs: [])
+        if let counts = try await db.query(
+            """
+            SELECT count(*) FILTER (WHERE completed_at IS NULL AND deadline > \(now)) AS pending,
+                   count(*) FILTER (WHERE completed_at IS NOT NULL) AS done,
+                   count(*) FILTER (WHERE completed_at IS NULL AND deadline <= \(now)) AS late,
+                   (SELECT count(*) FROM overdue_deletions) AS purged_overdue,
+                   extract(epoch FROM \(now)::timestamptz - min(requested_at) FILTER (WHERE completed_at IS NULL)) AS oldest
+            FROM deletions
+            """
+        ).first {
+            gauges.deletions[.pending] = try counts.require("pending", as: Int.self)
+            gauges.deletions[.done] = try counts.require("done", as: Int.self)
+            gauges.deletions[.overdue] =
+                try counts.require("late", as: Int.self) + (try counts.require("purged_overdue", as: Int.self))
+            gauges.oldestUndeliveredSeconds = try counts.decode("oldest", as: Double.self) ?? 0
+        }
+        gauges.services = try await db.query("SELECT * FROM delivery_counters ORDER BY project_id, service").map {
+            RegistryGauges.ServiceCounters(
+                projectID: try $0.require("project_id"), service: try $0.require("service"),
+                attempts: try $0.require("attempts"), failures: try $0.require("failures"))
+        }
+        gauges.jobs = try await db.query("SELECT * FROM job_runs ORDER BY job").map {
+            RegistryGauges.JobRun(
+                job: try $0.require("job"), lastRun: try $0.require("last_run_at"),
+                durationSeconds: try $0.require("duration_ms", as: Double.self) / 1000)
+        }
+        return gauges
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+import Postgres
+import Registry
+
+/// ``RegistrationStore`` on PostgreSQL.
+struct PostgresRegistrationStore: RegistrationStore {
+    let db: Database
+
+    /// Locks the installation first, then (in a statement whose snapshot is taken after the lock, so a consent
+    /// withdrawal committed meanwhile is seen) checks consent and upserts.
+    func register(_ r: Registration) async throws -> RegistrationWrite {
+        try await db.transaction { c in
+            guard try await Self.lockInstallation(projectID: r.projectID, fid: r.fid, on: c) else {
+                return .installationNotFound
+            }
+            guard try await Self.messagingConsent(projectID: r.projectID, fid: r.fid, on: c) else { return .consentOff }
+            let existed = !(try await c.query(
+                "SELECT 1 FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)"
+            ).isEmpty)
+            guard let row = try await c.query(Self.upsert(r, keepToken: true)).first else {
+                throw RegistryError(.internal, "the registration upsert returned no row")
+            }
+            try await Outbox.append(
+                existed ? .registrationRefreshed : .registrationCreated, projectID: r.projectID, fid: r.fid,
+                payload: Outbox.platform(r.platform), on: c)
+            return .stored(try Self.decode(row), existed ? .refreshed : .created)
+        }
+    }
+
+    static func lockInstallation(projectID: String, fid: String, on c: PostgresConnection) async throws -> Bool {
+        !(try await c.query(
+            "SELECT 1 FROM installations WHERE project_id = \(projectID) AND fid = \(fid) FOR UPDATE"
+        ).isEmpty)
+    }
+
+    static func messagingConsent(projectID: String, fid: String, on c: PostgresConnection) async throws -> Bool {
+        try await c.query(
+            """
+            SELECT granted FROM consents WHERE project_id = \(projectID) AND fid = \(fid) AND purpose = \(ConsentService.messaging)
+            """
+        ).first?.require("granted", as: Bool.self) ?? false
+    }
+
+    /// Inserts or updates the installation's registration. With `keepToken` an existing registration keeps its
+    /// token (the client routes); otherwise the token is replaced (the refresh callback). Either way the creation
+    /// time stays while the token does.
+    static func upsert(_ r: Registration, keepToken: Bool) -> PostgresQuery {
+        let token = keepToken ? "registrations.token" : "excluded.token"
+        return """
+            INSERT INTO registrations (project_id, fid, token, platform, apns_token, apns_environment, bundle_id, app_version,
+                sdk_version, web_endpoint, web_auth, web_p256dh, web_app_key, web_origin, state, client_time, created_at, refreshed_at)
+            VALUES (\(r.projectID), \(r.fid), \(r.token), \(r.platform.rawValue), \(r.apnsToken), \(r.apnsEnvironment?.rawValue),
+                \(r.bundleID), \(r.appVersion), \(r.sdkVersion), \(r.web?.endpoint), \(r.web?.auth), \(r.web?.p256dh),
+                \(r.web?.applicationPubKey), \(r.web?.origin), \(r.state.rawValue), \(r.clientTime), \(r.createdAt), \(r.refreshedAt))
+            ON CONFLICT (project_id, fid) DO UPDATE SET token = \(unsafeSQL: token), platform = excluded.platform,
+                apns_token = excluded.apns_token, apns_environment = excluded.apns_environment, bundle_id = excluded.bundle_id,
+                app_version = excluded.app_version, sdk_version = excluded.sdk_version, web_endpoint = excluded.web_endpoint,
+                web_auth = excluded.web_auth, web_p256dh = excluded.web_p256dh, web_app_key = excluded.web_app_key,
+                web_origin = excluded.web_origin, state = excluded.state, client_time = excluded.client_time,
+                expired_reported = false,
+                created_at = CASE WHEN registrations.token = \(unsafeSQL: token) THEN registrations.created_at
+                    ELSE excluded.created_at END,
+                refreshed_at = excluded.refreshed_at
+            RETURNING *
+            """
+    }
+
+    func fids(projectID: String, tokens: [String]) async throws -> [String: String] {
+        guard !tokens.isEmpty else { return [:] }
+        var out: [String: String] = [:]
+        for row in try await db.query(
+            """
+            SELECT token, fid FROM registrations WHERE project_id = \(projectID) AND token = ANY(\(TextArray(tokens))::text[])
+            """)
+        {
+            out[try row.require("token")] = try row.require("fid")
+        }
+        return out
+    }
+
+    func find(projectID: String, fid: String) async throws -> Registration? {
+        try await db.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").first.map(
+            Self.decode)
+    }
+
+    func find(projectID: String, token: String) async throws -> Registration? {
+        try await db.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND token = \(token)").first
+            .map(Self.decode)
+    }
+
+    func delete(projectID: String, fid: String) async throws -> Bool {
+        try await db.query("DELETE FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").affectedRows
+            == 1
+    }
+
+    func importAPNs(_ items: [APNsImport], initialConsent: Bool, create: Bool) async throws -> [String: String] {
+        guard !items.isEmpty else { return [:] }
+        return try await db.transaction { c in
+            var tokens: [String: String] = [:]
+            for item in items {
+                let r = item.registration
+                if let existing = try await c.query(
+                    """
+                    SELECT token FROM registrations WHERE project_id = \(r.projectID) AND apns_token = \(item.apnsToken)
+                    ORDER BY created_at LIMIT 1
+                    """
+                ).first {
+                    tokens[item.apnsToken] = try existing.require("token")
+                    continue
+                }
+                guard create else { continue }
+                let made = try await c.query(
+                    PostgresInstallationStore.creation(
+                        item.installation, fidHash: item.fidHash, initialConsent: initialConsent))
+                guard try made.first?.require("created", as: Int.self) == 1 else {
+                    throw RegistryError(.aborted, "a generated installation ID was taken; retry")
+                }
+                try await c.query(Self.upsert(r, keepToken: false))
+                try await Outbox.append(
+                    .registrationCreated, projectID: r.projectID, fid: r.fid, payload: Outbox.platform(r.platform), on: c)
+                tokens[item.apnsToken] = r.token
+            }
+            return tokens
+        }
+    }
+
+    static func decode(_ row: PostgresRow) throws -> Registration {
+        var web: WebPush?
+        if let endpoint: String = try row.decode("web_endpoint") {
+            web = WebPush(
+                endpoint: endpoint, auth: try row.decode("web_auth") ?? "", p256dh: try row.decode("web_p256dh") ?? "",
+                applicationPubKey: try row.decode("web_app_key"), origin: try row.decode("web_origin"))
+        }
+        return Registration(
+            projectID: try row.require("project_id"), fid: try row.require("fid"), token: try row.require("token"),
+            platform: try row.require("platform", as: Platform.self), apnsToken: try row.decode("apns_token"),
+            apnsEnvironment: try row.decode("apns_environment", as: APNsEnvironment.self),
+            bundleID: try row.decode("bundle_id"), appVersion: try row.decode("app_version"),
+            sdkVersion: try row.decode("sdk_version"), web: web,
+            state: try row.require("state", as: RegistrationState.self), clientTime: try row.decode("client_time"),
+            createdAt: try row.require("created_at"), refreshedAt: try row.require("refreshed_at"))
+    }
+}

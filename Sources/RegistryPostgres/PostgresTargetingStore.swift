@@ -1,0 +1,59 @@
+import Foundation
+import Postgres
+import Registry
+
+/// ``TargetingStore`` on PostgreSQL: ``TargetFilter`` as SQL (active, refreshed after the expiry cut-off,
+/// messaging consent granted), keyset-paged by FID.
+struct PostgresTargetingStore: TargetingStore {
+    let db: Database
+
+    func members(topic: String, filter: TargetFilter) async throws -> [LiveRegistration] {
+        try await db.query(
+            """
+            SELECT r.fid, r.token, r.platform, r.refreshed_at FROM topic_subscriptions ts
+            JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
+            JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid
+                AND c.purpose = \(ConsentService.messaging) AND c.granted
+            WHERE ts.project_id = \(filter.projectID) AND ts.topic = \(topic) AND ts.fid > \(filter.after ?? "")
+              AND r.state = \(RegistrationState.active.rawValue) AND r.refreshed_at > \(filter.expiredBefore)
+            ORDER BY ts.fid LIMIT \(filter.limit)
+            """
+        ).map(Self.decode)
+    }
+
+    func resolve(condition: Condition, filter: TargetFilter) async throws -> [LiveRegistration] {
+        var binds: [String?] = [
+            filter.projectID, filter.expiredBefore.postgresText, filter.after ?? "", String(filter.limit),
+            ConsentService.messaging, RegistrationState.active.rawValue,
+        ]
+        let predicate = Self.sql(condition, binds: &binds)
+        let query = PostgresQuery(
+            unsafeSQL: """
+                SELECT r.fid, r.token, r.platform, r.refreshed_at FROM registrations r
+                JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = $5 AND c.granted
+                WHERE r.project_id = $1 AND r.state = $6 AND r.refreshed_at > $2::timestamptz AND r.fid > $3
+                  AND (\(predicate))
+                ORDER BY r.fid LIMIT $4::int
+                """, binds: binds)
+        return try await db.query(query).map(Self.decode)
+    }
+
+    /// The condition as SQL over `r`; topic names are bound, never spliced.
+    static func sql(_ condition: Condition, binds: inout [String?]) -> String {
+        switch condition {
+        case let .topic(name):
+            binds.append(name)
+            return
+                "EXISTS (SELECT 1 FROM topic_subscriptions ts WHERE ts.project_id = r.project_id AND ts.fid = r.fid AND ts.topic = $\(binds.count))"
+        case let .not(inner): return "NOT (\(sql(inner, binds: &binds)))"
+        case let .and(a, b): return "(\(sql(a, binds: &binds))) AND (\(sql(b, binds: &binds)))"
+        case let .or(a, b): return "(\(sql(a, binds: &binds))) OR (\(sql(b, binds: &binds)))"
+        }
+    }
+
+    static func decode(_ row: PostgresRow) throws -> LiveRegistration {
+        LiveRegistration(
+            fid: try row.require("fid"), token: try row.require("token"),
+            platform: try row.require("platform", as: Platform.self), refreshedAt: try row.require("refreshed_at"))
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+import Postgres
+import Registry
+
+/// ``TopicStore`` on PostgreSQL.
+struct PostgresTopicStore: TopicStore {
+    let db: Database
+
+    func add(projectID: String, fids: [String], topic: String, at: Date) async throws -> [String:
+        SubscribeResult]
+    {
+        guard !fids.isEmpty else { return [:] }
+        return try await db.transaction { c in
+            // Lock the installations in a fixed order so concurrent batches cannot deadlock or pass the limit.
+            try await c.query(
+                """
+                SELECT fid FROM installations WHERE project_id = \(projectID) AND fid = ANY(\(TextArray(fids))::text[])
+                ORDER BY fid FOR UPDATE
+                """)
+            let existing = Set(
+                try await c.query(
+                    """
+                    SELECT fid FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
+                    AND fid = ANY(\(TextArray(fids))::text[])
+                    """
+                ).map { try $0.require("fid", as: String.self) })
+            var counts: [String: Int] = [:]
+            for row in try await c.query(
+                """
+                SELECT fid, count(*) AS n FROM topic_subscriptions WHERE project_id = \(projectID)
+                AND fid = ANY(\(TextArray(fids))::text[]) GROUP BY fid
+                """)
+            {
+                counts[try row.require("fid")] = try row.require("n", as: Int.self)
+            }
+            var results: [String: SubscribeResult] = [:]
+            var toAdd: [String] = []
+            for fid in fids where results[fid] == nil {
+                if existing.contains(fid) {
+                    results[fid] = .alreadyExists
+                } else if counts[fid, default: 0] >= Topic.maxPerInstallation {
+                    results[fid] = .tooManyTopics
+                } else {
+                    results[fid] = .added
+                    toAdd.append(fid)
+                }
+            }
+            if !toAdd.isEmpty {
+                try await c.query(
+                    """
+                    INSERT INTO topic_subscriptions (project_id, fid, topic, created_at)
+                    SELECT \(projectID), f, \(topic), \(at) FROM unnest(\(TextArray(toAdd))::text[]) AS f
+                    ON CONFLICT DO NOTHING
+                    """)
+            }
+            return results
+        }
+    }
+
+    func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String> {
+        guard !fids.isEmpty else { return [] }
+        return Set(
+            try await db.query(
+                """
+                DELETE FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
+                AND fid = ANY(\(TextArray(fids))::text[]) RETURNING fid
+                """
+            ).map { try $0.require("fid", as: String.self) })
+    }
+
+    func created(projectID: String, fid: String, topic: String) async throws -> Date? {
+        try await db.query(
+            "SELECT created_at FROM topic_subscriptions WHERE project_id = \(projectID) AND fid = \(fid) AND topic = \(topic)"
+        ).first?.require("created_at", as: Date.self)
+    }
+
+    func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [TopicSubscription] {
+        try await db.query(
+            """
+            SELECT topic, created_at FROM topic_subscriptions WHERE project_id = \(projectID) AND fid = \(fid)
+            AND topic > \(after ?? "") ORDER BY topic LIMIT \(limit)
+            """
+        ).map { TopicSubscription(topic: try $0.require("topic"), createdAt: try $0.require("created_at")) }
+    }
+}
