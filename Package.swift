@@ -54,7 +54,7 @@ let package = Package(
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: swiftSettings),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "RegistryTests", dependencies: ["Registry", "TokenRegistryTesting", "Crypto", "JSON"],
+            name: "RegistryTests", dependencies: ["Registry", "RegistryPostgres", "Postgres", "TokenRegistryTesting", "Crypto", "JSON"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "APITests",

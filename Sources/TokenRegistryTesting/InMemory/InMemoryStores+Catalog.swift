@@ -1,0 +1,107 @@
+import Foundation
+import Registry
+
+// MARK: - Catalog, signing keys, health
+
+extension InMemoryStores: CatalogStore, SigningKeyStore, StoreHealth {
+    public func insertProject(_ project: Project, serverKeyHash: [UInt8]) async throws {
+        guard projects[project.id] == nil, !projects.values.contains(where: { $0.number == project.number }) else {
+            throw RegistryError(.alreadyExists, "a project with this ID or number already exists")
+        }
+        projects[project.id] = project
+        serverKeys[serverKeyHash] = project.id
+    }
+
+    public func insertApp(_ app: App) async throws { apps[app.id] = app }
+
+    public func project(idOrNumber: String) async throws -> Project? {
+        projects[idOrNumber] ?? projects.values.first { String($0.number) == idOrNumber }
+    }
+
+    public func app(id: String) async throws -> App? { apps[id] }
+
+    public func app(apiKey: String) async throws -> App? { apps.values.first { $0.apiKey == apiKey } }
+
+    public func projectID(serverKeyHash: [UInt8]) async throws -> String? { serverKeys[serverKeyHash] }
+
+    public func apps(projectID: String) async throws -> [App] {
+        apps.values.filter { $0.projectID == projectID }.sorted { $0.id < $1.id }
+    }
+
+    public func all() async throws -> [StoredSigningKey] { signingKeys }
+
+    public func insert(_ key: StoredSigningKey) async throws { signingKeys.append(key) }
+
+    public func insertFirst(_ key: StoredSigningKey) async throws {
+        if signingKeys.isEmpty { signingKeys.append(key) }
+    }
+
+    public func unreadiness() async -> String? { nil }
+
+    public nonisolated var connections: (inUse: Int, idle: Int, waiting: Int) { (0, 0, 0) }
+
+    public nonisolated func close() {}
+}
+
+// MARK: - Topics and targeting
+
+extension InMemoryStores: TopicStore, TargetingStore {
+    public func add(projectID: String, fids: [String], topic: String, at: Date) async throws -> [String:
+        SubscribeResult]
+    {
+        var results: [String: SubscribeResult] = [:]
+        for fid in fids where results[fid] == nil {
+            let key = Key(projectID: projectID, fid: fid)
+            if topics[key]?[topic] != nil {
+                results[fid] = .alreadyExists
+            } else if (topics[key]?.count ?? 0) >= Topic.maxPerInstallation {
+                results[fid] = .tooManyTopics
+            } else {
+                topics[key, default: [:]][topic] = at
+                results[fid] = .added
+            }
+        }
+        return results
+    }
+
+    public func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String> {
+        Set(fids.filter { topics[Key(projectID: projectID, fid: $0)]?.removeValue(forKey: topic) != nil })
+    }
+
+    public func created(projectID: String, fid: String, topic: String) async throws -> Date? {
+        topics[Key(projectID: projectID, fid: fid)]?[topic]
+    }
+
+    public func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [TopicSubscription] {
+        (topics[Key(projectID: projectID, fid: fid)] ?? [:]).filter { $0.key > (after ?? "") }.sorted { $0.key < $1.key }
+            .prefix(limit).map { TopicSubscription(topic: $0.key, createdAt: $0.value) }
+    }
+
+    /// Registrations of the project that pass `filter`, in FID order, for which `matches` holds.
+    func live(_ filter: TargetFilter, where matches: (Key) -> Bool) -> [LiveRegistration] {
+        registrations.filter { key, r in
+            key.projectID == filter.projectID && key.fid > (filter.after ?? "")
+                && filter.admits(state: r.state, refreshedAt: r.refreshedAt, messagingConsent: messagingConsent(key))
+                && matches(key)
+        }.sorted { $0.key.fid < $1.key.fid }.prefix(filter.limit).map {
+            LiveRegistration(fid: $0.key.fid, token: $0.value.token, platform: $0.value.platform, refreshedAt: $0.value.refreshedAt)
+        }
+    }
+
+    public func members(topic: String, filter: TargetFilter) async throws -> [LiveRegistration] {
+        live(filter) { topics[$0]?[topic] != nil }
+    }
+
+    public func resolve(condition: Condition, filter: TargetFilter) async throws -> [LiveRegistration] {
+        live(filter) { key in Self.holds(condition, topics: Set((topics[key] ?? [:]).keys)) }
+    }
+
+    static func holds(_ condition: Condition, topics: Set<String>) -> Bool {
+        switch condition {
+        case let .topic(name): return topics.contains(name)
+        case let .not(inner): return !holds(inner, topics: topics)
+        case let .and(a, b): return holds(a, topics: topics) && holds(b, topics: topics)
+        case let .or(a, b): return holds(a, topics: topics) || holds(b, topics: topics)
+        }
+    }
+}

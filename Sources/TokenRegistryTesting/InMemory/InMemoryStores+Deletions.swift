@@ -1,0 +1,188 @@
+import Foundation
+import Registry
+
+// MARK: - Linked services and deletion records
+
+extension InMemoryStores: DeletionStore {
+    public func addLinkedService(projectID: String, service: LinkedService, secret: String) async throws -> Bool {
+        guard services[projectID]?[service.name] == nil else { return false }
+        services[projectID, default: [:]][service.name] = (service, secret)
+        return true
+    }
+
+    public func linkedServices(projectID: String) async throws -> [LinkedService] {
+        (services[projectID] ?? [:]).values.map(\.service).sorted { $0.name < $1.name }
+    }
+
+    public func removeLinkedService(projectID: String, name: String, at: Date) async throws -> Bool {
+        guard services[projectID]?.removeValue(forKey: name) != nil else { return false }
+        for (id, deletion) in deletions where deletion.projectID == projectID {
+            if let delivery = deletion.deliveries[name], delivery.state != .acknowledged {
+                deletions[id]?.deliveries[name] = nil
+                completeIfDone(id, at: at)
+            }
+        }
+        return true
+    }
+
+    func completeIfDone(_ id: Int64, at: Date) {
+        guard let deletion = deletions[id], deletion.completedAt == nil,
+            deletion.deliveries.values.allSatisfy({ $0.state == .acknowledged })
+        else { return }
+        deletions[id]?.completedAt = at
+    }
+
+    func record(_ deletion: Deletion) -> DeletionRecord {
+        DeletionRecord(
+            id: deletion.id, fid: deletion.fid, fidHash: deletion.fidHash, reason: deletion.reason,
+            requestedAt: deletion.requestedAt, deadline: deletion.deadline, completedAt: deletion.completedAt,
+            purged: false,
+            services: deletion.deliveries.sorted { $0.key < $1.key }.map {
+                DeliveryStatus(
+                    service: $0.key, state: $0.value.state, attempts: $0.value.attempts, lastError: $0.value.lastError,
+                    acknowledgedAt: $0.value.acknowledgedAt)
+            })
+    }
+
+    public func deletion(projectID: String, fid: String, fidHash: [UInt8]) async throws -> DeletionRecord? {
+        if let live = deletions.values.first(where: { $0.projectID == projectID && $0.fid == fid }) {
+            return record(live)
+        }
+        return purged.first { $0.projectID == projectID && $0.record.fidHash == fidHash }?.record
+    }
+
+    public func deletions(projectID: String, state: ReceiptState, at now: Date, afterID: Int64, limit: Int)
+        async throws -> [DeletionRecord]
+    {
+        let live = deletions.values.filter { $0.projectID == projectID && $0.id > afterID }.map(record)
+        let gone = purged.filter { $0.projectID == projectID && $0.record.id > afterID }.map(\.record)
+        return Array((live + gone).filter { $0.state(at: now) == state }.sorted { $0.id < $1.id }.prefix(limit))
+    }
+
+    public func acknowledge(projectID: String, fid: String, service: String, at: Date) async throws -> Bool {
+        guard let deletion = deletions.values.first(where: { $0.projectID == projectID && $0.fid == fid }),
+            deletion.deliveries[service] != nil
+        else { return false }
+        deletions[deletion.id]?.deliveries[service]?.state = .acknowledged
+        deletions[deletion.id]?.deliveries[service]?.acknowledgedAt = at
+        completeIfDone(deletion.id, at: at)
+        return true
+    }
+}
+
+// MARK: - Deliveries, maintenance, the feed
+
+extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
+    public func claimDue(at now: Date, leaseUntil: Date, limit: Int) async throws -> [ClaimedDelivery] {
+        var claimed: [ClaimedDelivery] = []
+        for (id, deletion) in deletions.sorted(by: { $0.key < $1.key }) {
+            for (name, delivery) in deletion.deliveries.sorted(by: { $0.key < $1.key })
+            where delivery.state == .pending && delivery.nextAttemptAt <= now && claimed.count < limit {
+                guard let linked = services[deletion.projectID]?[name] else { continue }
+                deletions[id]?.deliveries[name]?.attempts += 1
+                deletions[id]?.deliveries[name]?.nextAttemptAt = leaseUntil
+                claimed.append(
+                    ClaimedDelivery(
+                        deletionID: id, service: name, deliveryID: delivery.deliveryID,
+                        attempts: delivery.attempts + 1, endpoint: linked.service.endpoint, secret: linked.secret,
+                        projectID: deletion.projectID, fid: deletion.fid, reason: deletion.reason,
+                        requestedAt: deletion.requestedAt, deadline: deletion.deadline))
+            }
+        }
+        return claimed
+    }
+
+    public func record(_ item: ClaimedDelivery, outcome: DeliveryOutcome, at now: Date) async throws {
+        let key = item.projectID + "\u{0}" + item.service
+        let old = counters[key]
+        var failed = 0
+        switch outcome {
+        case .accepted:
+            if deletions[item.deletionID]?.deliveries[item.service]?.state == .pending {
+                deletions[item.deletionID]?.deliveries[item.service]?.state = .accepted
+            }
+        case .acknowledged:
+            deletions[item.deletionID]?.deliveries[item.service]?.state = .acknowledged
+            deletions[item.deletionID]?.deliveries[item.service]?.acknowledgedAt = now
+            completeIfDone(item.deletionID, at: now)
+        case let .failed(reason, retryAt):
+            failed = 1
+            deletions[item.deletionID]?.deliveries[item.service]?.lastError = reason
+            deletions[item.deletionID]?.deliveries[item.service]?.nextAttemptAt = retryAt
+        }
+        counters[key] = RegistryGauges.ServiceCounters(
+            projectID: item.projectID, service: item.service, attempts: (old?.attempts ?? 0) + 1,
+            failures: (old?.failures ?? 0) + failed)
+    }
+
+    public func purge(at now: Date, completedBefore: Date, eventsBefore: Date) async throws -> Int {
+        var count = 0
+        for (id, deletion) in deletions {
+            let due = deletion.deadline <= now
+            let audited = deletion.completedAt.map { $0 <= completedBefore } ?? false
+            guard due || audited else { continue }
+            let unconfirmed = deletion.deliveries.filter { $0.value.state != .acknowledged }.keys.sorted()
+            if due && !unconfirmed.isEmpty {
+                purged.append(
+                    (
+                        deletion.projectID,
+                        DeletionRecord(
+                            id: id, fid: nil, fidHash: deletion.fidHash, reason: deletion.reason,
+                            requestedAt: deletion.requestedAt, deadline: deletion.deadline, completedAt: nil,
+                            purged: true,
+                            services: unconfirmed.map {
+                                DeliveryStatus(
+                                    service: $0, state: .unacknowledged, attempts: 0, lastError: nil,
+                                    acknowledgedAt: nil)
+                            })
+                    ))
+            }
+            deletions[id] = nil
+            feed.removeAll { $0.projectID == deletion.projectID && $0.event.fid == deletion.fid }
+            outbox.removeAll { $0.projectID == deletion.projectID && $0.fid == deletion.fid }
+            count += 1
+        }
+        feed.removeAll { $0.event.time < eventsBefore }
+        return count
+    }
+
+    public func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int {
+        var count = 0
+        for (key, r) in registrations where r.refreshedAt < cutoff && count < limit && !expiredReported.contains(key) {
+            expiredReported.insert(key)
+            emit(.registrationExpired, key.projectID, key.fid)
+            count += 1
+        }
+        return count
+    }
+
+    public func recordRun(job: String, at: Date, durationSeconds: Double, processed: Int) async throws {
+        jobRuns[job] = RegistryGauges.JobRun(job: job, lastRun: at, durationSeconds: durationSeconds)
+    }
+
+    public func gauges(at now: Date) async throws -> RegistryGauges {
+        let records = deletions.values.map(record)
+        var counts: [ReceiptState: Int] = [:]
+        for record in records { counts[record.state(at: now), default: 0] += 1 }
+        counts[.overdue, default: 0] += purged.count
+        let oldest = records.filter { $0.completedAt == nil }.map(\.requestedAt).min()
+        return RegistryGauges(
+            deletions: counts, oldestUndeliveredSeconds: oldest.map { now.timeIntervalSince($0) } ?? 0,
+            services: counters.values.sorted { ($0.projectID, $0.service) < ($1.projectID, $1.service) },
+            jobs: jobRuns.values.sorted { $0.job < $1.job })
+    }
+
+    public func events(projectID: String, after cursor: Int64, limit: Int) async throws -> [FeedEvent] {
+        Array(feed.filter { $0.projectID == projectID && $0.event.sequence > cursor }.map(\.event).prefix(limit))
+    }
+
+    public func relay() async throws -> Int {
+        // One actor: every appended event belongs to a finished change, so all of them are safe to number.
+        let moved = outbox
+        outbox = []
+        for e in moved {
+            feed.append((e.projectID, FeedEvent(sequence: next(), type: e.type, fid: e.fid, data: e.data, time: e.time)))
+        }
+        return moved.count
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import Postgres
+import Registry
+import RegistryPostgres
+import Synchronization
+import Testing
+import TokenRegistryTesting
+
+/// Which implementation of the stores a domain test runs on: both must pass the same tests.
+enum StoreKind: String, CaseIterable, CustomTestStringConvertible {
+    case memory, postgres
+
+    /// In memory always; on PostgreSQL when a test cluster is configured (and always under `CI=true`).
+    static var available: [StoreKind] { TestDatabase.isAvailable ? [.memory, .postgres] : [.memory] }
+
+    var testDescription: String { rawValue }
+}
+
+/// The domain services on a fresh set of stores, a project with a web app (opted in) and an iOS app (opted out),
+/// and a clock that stands still.
+struct DomainFixture {
+    let clock = ManualClock(Date(timeIntervalSince1970: 1_900_000_000))
+    let services: RegistryServices
+    let transport = ScriptedTransport()
+    let project = Project(id: "demo-proj", number: 123)
+    let web: App
+    let optedOut: App
+
+    /// Runs `body` on fresh stores of `kind` (a throwaway database for PostgreSQL, dropped afterwards).
+    static func with(_ kind: StoreKind, _ body: (DomainFixture) async throws -> Void) async throws {
+        switch kind {
+        case .memory:
+            try await body(try await DomainFixture(stores: { InMemoryStores(clock: $0).stores }))
+        case .postgres:
+            let conninfo = try await TestDatabase.create()
+            try await Schema.migrator.migrate(conninfo: conninfo)
+            let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: 4))
+            do {
+                try await body(try await DomainFixture(stores: { _ in PostgresRegistry.stores(pool: pool) }))
+            } catch {
+                pool.close()
+                await TestDatabase.drop(conninfo)
+                throw error
+            }
+            pool.close()
+            await TestDatabase.drop(conninfo)
+        }
+    }
+
+    private init(stores: (any Clock) -> RegistryStores) async throws {
+        services = try await RegistryServices.make(
+            stores: stores(clock), clock: clock, freshness: Freshness(staleDays: 30, expireDays: 270),
+            transport: transport)
+        _ = try await services.catalog.createProject(id: project.id, number: project.number)
+        web = try await services.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
+        optedOut = try await services.catalog.createApp(
+            project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: false)
+    }
+
+    /// A new installation of `app` (the web app by default).
+    func installation(_ app: App? = nil, fid: String? = nil) async throws -> Installation {
+        let created = try await services.installations.create(
+            project: project, app: app ?? web, requestedFID: fid, sdkVersion: "t:1")
+        return try await services.installations.find(project: project, fid: created.fid)!
+    }
+
+    func consent(_ installation: Installation, _ granted: Bool) async throws {
+        _ = try await services.consent.record(
+            installation: installation, change: ConsentChange(granted: granted, actor: .installation))
+    }
+
+    func register(_ installation: Installation) async throws -> Registration {
+        try await services.registrations.register(
+            installation: installation,
+            ClientRegistration(
+                platform: .web,
+                web: WebPush(endpoint: "https://push.example/1", auth: "YQ", p256dh: "Yg", applicationPubKey: nil, origin: nil)))
+    }
+
+    func refresh(_ fid: String, _ token: String, at clientTime: Date?) async throws -> (Registration, RefreshOutcome) {
+        try await services.registrations.refresh(
+            project: project, fid: fid, TokenRefresh(token: token, platform: .android, clientTime: clientTime))
+    }
+
+    func members(_ topic: String) async throws -> [String] {
+        try await services.targeting.members(projectID: project.id, topic: topic, after: nil, limit: 100).map(\.fid)
+    }
+}
+
+/// A delivery transport that answers each endpoint from its own script (then 200) and records what it was sent.
+/// Scripts are per endpoint because a delivery run posts to several endpoints concurrently.
+final class ScriptedTransport: DeliveryTransport {
+    typealias Sent = (endpoint: String, body: [UInt8], headers: [(String, String)])
+    private let state = Mutex<(scripts: [String: [DeliveryResponse]], sent: [Sent])>(([:], []))
+
+    func answer(_ endpoint: String, _ responses: DeliveryResponse...) {
+        state.withLock { $0.scripts[endpoint, default: []] += responses }
+    }
+
+    var sent: [Sent] { state.withLock { $0.sent } }
+
+    func post(endpoint: String, body: [UInt8], headers: [(String, String)]) async -> DeliveryResponse {
+        state.withLock { s in
+            s.sent.append((endpoint, body, headers))
+            guard let next = s.scripts[endpoint]?.first else { return .status(200) }
+            s.scripts[endpoint]?.removeFirst()
+            return next
+        }
+    }
+}

@@ -1,0 +1,252 @@
+import Crypto
+import Foundation
+import JSON
+import Registry
+import Testing
+
+/// The domain's rules, through its services, on in-memory stores: no database, no sockets.
+@Suite("Domain rules on in-memory stores")
+struct DomainServiceTests {
+    @Test(arguments: StoreKind.available)
+    func consentGatesRegistrationAndWithdrawalDisablesAtOnce(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let optedOut = try await f.installation(f.optedOut)
+            await #expect(throws: RegistryError.self) { _ = try await f.register(optedOut) }
+            try await f.consent(optedOut, true)
+            let registration = try await f.register(optedOut)
+            #expect(registration.state == .active && registration.token.hasPrefix(optedOut.fid + ":"))
+            _ = try await f.services.topics.subscribe(project: f.project, fid: optedOut.fid, topic: "news")
+            #expect(try await f.members("news") == [optedOut.fid])
+
+            try await f.consent(optedOut, false)
+            #expect(try await f.members("news").isEmpty)
+            #expect(try await f.services.targeting.sendability(project: f.project, token: registration.token) == .disabled)
+            // Granting again does not revive the registration; registering again does, with the same token.
+            try await f.consent(optedOut, true)
+            #expect(try await f.members("news").isEmpty)
+            let again = try await f.register(optedOut)
+            #expect(again.token == registration.token && again.state == .active)
+            #expect(try await f.members("news") == [optedOut.fid])
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func theRefreshCallbackKeepsTheNewestClientTime(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let a = try await f.installation()
+            let b = try await f.installation()
+            let t0 = f.clock.now()
+            #expect(try await f.refresh(a.fid, "tok-1", at: t0).1 == .created)
+            #expect(try await f.refresh(a.fid, "tok-2", at: t0.addingTimeInterval(10)).1 == .superseded)
+            let (kept, outcome) = try await f.refresh(a.fid, "tok-old", at: t0.addingTimeInterval(5))
+            #expect(outcome == .ignoredAsOlder && kept.token == "tok-2")
+            #expect(try await f.refresh(a.fid, "tok-2", at: nil).1 == .refreshed)
+            // A token reported for another installation moves there.
+            #expect(try await f.refresh(b.fid, "tok-2", at: t0.addingTimeInterval(20)).1 == .moved)
+            #expect(try await f.services.registrations.find(project: f.project, tokenOrFID: a.fid) == nil)
+            await #expect(throws: RegistryError.self) { _ = try await f.refresh(a.fid, "bad token", at: nil) }
+            // No consent, no registration.
+            try await f.consent(a, false)
+            await #expect(throws: RegistryError.self) { _ = try await f.refresh(a.fid, "tok-3", at: nil) }
+        }
+    }
+
+    @Test func refreshOrderRule() {
+        let t = Date(timeIntervalSince1970: 1000)
+        #expect(RefreshOutcome.accepts(incoming: nil, stored: t))
+        #expect(RefreshOutcome.accepts(incoming: t, stored: nil))
+        #expect(RefreshOutcome.accepts(incoming: t, stored: t))
+        #expect(!RefreshOutcome.accepts(incoming: t, stored: t.addingTimeInterval(1)))
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aDeletionWithNoLinkedServiceIsDoneAtOnce(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let i = try await f.installation()
+            #expect(try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .server))
+            let receipt = try #require(try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid))
+            #expect(receipt.state == .done && receipt.services.isEmpty && receipt.reason == .server)
+            #expect(try await f.services.jobs.gauges().oldestUndeliveredSeconds == 0)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func deletionStatesFollowDeliveriesAndTheDeadline(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            _ = try await f.services.deletions.addLinkedService(
+                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            _ = try await f.services.deletions.addLinkedService(
+                projectID: f.project.id, name: "mail", endpoint: "https://mail.example/hook")
+            let acked = try await f.installation()
+            let late = try await f.installation()
+            for i in [acked, late] {
+                #expect(try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client))
+            }
+            func state(_ fid: String) async throws -> ReceiptState? {
+                try await f.services.deletions.receipt(projectID: f.project.id, fid: fid)?.state
+            }
+            #expect(try await state(acked.fid) == .pending)
+            // crm answers 202 (and acknowledges one of the two later); mail answers 500 twice, then 200.
+            f.transport.answer("https://crm.example/hook", .status(202), .status(202))
+            f.transport.answer("https://mail.example/hook", .status(500), .status(500))
+            #expect(try await f.services.jobs.deliverDue() == 4)
+            #expect(try await f.services.deletions.acknowledge(projectID: f.project.id, fid: acked.fid, service: "crm"))
+            let pending = try #require(try await f.services.deletions.receipt(projectID: f.project.id, fid: acked.fid))
+            #expect(pending.services.map(\.state) == [.acknowledged, .pending])
+            #expect(pending.services[1].lastError == "HTTP 500" && pending.services[1].attempts == 1)
+            f.clock.advance(by: 7200)
+            #expect(try await f.services.jobs.deliverDue() == 2)
+            #expect(try await state(acked.fid) == .done)
+            // The other deletion's crm never acknowledges its 202: overdue at the deadline, then known only by hash.
+            f.clock.advance(by: DeletionReason.deadline)
+            #expect(try await state(late.fid) == .overdue)
+            _ = try await f.services.jobs.purge.run()
+            let purged = try #require(try await f.services.deletions.receipt(projectID: f.project.id, fid: late.fid))
+            #expect(purged.fid == nil && purged.state == .overdue && purged.services.map(\.state) == [.unacknowledged])
+            let overdue = try await f.services.deletions.receipts(
+                projectID: f.project.id, state: .overdue, afterID: 0, limit: 10)
+            #expect(overdue.map(\.fidHash) == [purged.fidHash])
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func removingTheLastPendingServiceCompletesTheDeletion(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            _ = try await f.services.deletions.addLinkedService(
+                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            let i = try await f.installation()
+            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
+            #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid)?.state == .pending)
+            #expect(try await f.services.deletions.removeLinkedService(projectID: f.project.id, name: "crm"))
+            #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid)?.state == .done)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func noticesAreSignedWithTheServiceSecret(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let (_, secret) = try await f.services.deletions.addLinkedService(
+                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            let i = try await f.installation()
+            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .server)
+            _ = try await f.services.jobs.deliverDue()
+            let sent = try #require(f.transport.sent.first)
+            let signature = try #require(sent.headers.first { $0.0 == "Registry-Signature" }?.1)
+            let t = Int64(signature.split(separator: ",")[0].dropFirst(2))!
+            #expect(signature == WebhookSignature.header(secret: secret, timestamp: t, body: sent.body))
+            let body = try JSONParser.parse(sent.body)
+            #expect(body["fid"]?.stringValue == i.fid && body["type"]?.stringValue == "installation.deleted")
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aDeletedFIDIsNeverHandedOutAgain(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let i = try await f.installation()
+            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
+            let again = try await f.installation(fid: i.fid)
+            #expect(again.fid != i.fid)
+            #expect(try await f.services.installations.wasDeleted(project: f.project, fid: i.fid))
+            #expect(try await f.services.targeting.sendability(project: f.project, token: i.fid + ":x") == .deleted)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func targetingSkipsExpiredAndUnconsentedAndResolvesConditions(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let old = try await f.installation()
+            _ = try await f.register(old)
+            f.clock.advance(by: 271 * 86_400)
+            let fresh = try await f.installation()
+            _ = try await f.register(fresh)
+            let quiet = try await f.installation()
+            _ = try await f.register(quiet)
+            try await f.consent(quiet, false)
+            for i in [old, fresh, quiet] {
+                _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: "a")
+            }
+            _ = try await f.services.topics.subscribe(project: f.project, fid: fresh.fid, topic: "b")
+            #expect(try await f.members("a") == [fresh.fid])
+            let resolved = try await f.services.targeting.resolve(
+                projectID: f.project.id, condition: try Condition.parse("'a' in topics && !('b' in topics)"), after: nil,
+                limit: 10)
+            #expect(resolved.isEmpty)
+            #expect(try await f.services.targeting.sendability(project: f.project, token: old.fid) == .expired)
+            #expect(try await f.services.targeting.sendability(project: f.project, token: "unknown-token") == .unknownToken)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func expiryDeletesOnlyInstallationsStillIdle(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let idle = try await f.installation()
+            let back = try await f.installation()
+            f.clock.advance(by: 271 * 86_400)
+            try await f.services.installations.noteActivity(back)
+            #expect(try await f.services.jobs.expireIdle() == 1)
+            #expect(try await f.services.installations.find(project: f.project, fid: idle.fid) == nil)
+            #expect(try await f.services.installations.find(project: f.project, fid: back.fid) != nil)
+            #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: idle.fid)?.reason == .inactivity)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func batchImportIsOneCallAndRespectsTheAppsConsentDefault(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let ios = try await f.services.catalog.createApp(
+                project: f.project, platform: .ios, bundleID: "com.example.in", autoInitDefault: true)
+            let first = try await f.services.registrations.importAPNs(
+                project: f.project, app: ios, apnsTokens: ["ABCDEF01", "not-hex", nil], sandbox: true)
+            guard case let .imported(apns, token) = first[0] else { Issue.record("\(first)"); return }
+            #expect(apns == "abcdef01" && first[1] == .invalid && first[2] == .invalid)
+            let again = try await f.services.registrations.importAPNs(
+                project: f.project, app: ios, apnsTokens: ["abcdef01"], sandbox: true)
+            #expect(again == [.imported(apnsToken: "abcdef01", registrationToken: token)])
+            let refused = try await f.services.registrations.importAPNs(
+                project: f.project, app: f.optedOut, apnsTokens: ["0123"], sandbox: false)
+            #expect(refused == [.noConsent(apnsToken: "0123")])
+            let registration = try #require(try await f.services.registrations.find(project: f.project, tokenOrFID: token))
+            #expect(registration.apnsEnvironment == .sandbox && registration.platform == .ios)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func theChangeFeedNumbersEventsInOrder(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let i = try await f.installation()
+            _ = try await f.register(i)
+            try await f.consent(i, false)
+            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
+            // The relay numbers an event once no older transaction is running anywhere on the cluster (other tests
+            // share it), so it may take a few rounds.
+            var events: [FeedEvent] = []
+            for _ in 0..<100 where events.count < 5 {
+                _ = try await f.services.jobs.relayEvents()
+                events = try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100)
+                if events.count < 5 { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(
+                events.map(\.type) == [
+                    .installationCreated, .registrationCreated, .consentChanged, .registrationDisabled,
+                    .installationDeleted,
+                ])
+            #expect(events.map(\.sequence) == events.map(\.sequence).sorted())
+            #expect(try await f.services.feed.events(projectID: f.project.id, after: events[2].sequence, limit: 100).count == 2)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func topicsHaveALimitPerInstallation(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let i = try await f.installation()
+            let many = (0..<Topic.maxPerInstallation).map { "t\($0)" }
+            for topic in many { _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: topic) }
+            await #expect(throws: RegistryError.self) {
+                _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: "one-more")
+            }
+            #expect(try await f.services.topics.all(project: f.project, fid: i.fid).count == Topic.maxPerInstallation)
+            #expect(throws: RegistryError.self) { try TopicService.name("a b", field: "topic") }
+            #expect(try TopicService.name("/topics/news", field: "topic") == "news")
+        }
+    }
+}
