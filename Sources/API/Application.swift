@@ -194,7 +194,8 @@ public final class Application: Sendable {
             error.headers.add(name: "allow", value: allowed.joined(separator: ", "))
             response = error.response
         case .notFound:
-            response = APIError.notFound("no route for \(request.method.prefix(32)) \(request.path.prefix(200))").response
+            response =
+                APIError.notFound("no route for \(request.method.prefix(32)) \(request.path.prefix(200))").response
         case let .badPath(reason):
             response = APIError.invalid(reason).response
         }

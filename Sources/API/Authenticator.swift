@@ -46,7 +46,9 @@ public struct Authenticator: Sendable {
         guard let authorization = context.header("authorization") else { return nil }
         let lowered = authorization.lowercased()
         if lowered.hasPrefix("bearer ") { return String(authorization.dropFirst(7)).trimmingCharacters(in: " ") }
-        if allowLegacy, lowered.hasPrefix("key=") { return String(authorization.dropFirst(4)).trimmingCharacters(in: " ") }
+        if allowLegacy, lowered.hasPrefix("key=") {
+            return String(authorization.dropFirst(4)).trimmingCharacters(in: " ")
+        }
         return nil
     }
 

@@ -57,7 +57,8 @@ enum PrometheusText {
         ]
         for run in gauges.jobs {
             let job = escape(run.job)
-            lines.append("registry_job_last_run_timestamp_seconds{job=\"\(job)\"} \(Int64(run.lastRun.timeIntervalSince1970))")
+            lines.append(
+                "registry_job_last_run_timestamp_seconds{job=\"\(job)\"} \(Int64(run.lastRun.timeIntervalSince1970))")
             lines.append("registry_job_duration_seconds{job=\"\(job)\"} \(run.durationSeconds)")
         }
         return lines

@@ -1,5 +1,6 @@
 import HTTP
 import JSON
+import Registry
 
 /// A request on its way through a handler: the parsed request, its path parameters, and its id.
 public struct RequestContext: Sendable {
@@ -60,8 +61,7 @@ public struct FieldReader {
     /// A string of printable characters only (no control characters).
     public func text(_ key: String, required: Bool = false, maxBytes: Int = 256) throws -> String? {
         guard let s = try string(key, required: required, maxBytes: maxBytes) else { return nil }
-        guard s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7f && !(0x80..<0xa0).contains($0.value) })
-        else {
+        guard Identifiers.isPlainText(s) else {
             throw APIError.invalid("\(name(key)): must not contain control characters")
         }
         return s

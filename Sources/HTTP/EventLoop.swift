@@ -17,7 +17,7 @@ final class EventLoop: @unchecked Sendable {
         let response: HTTPResponse
     }
 
-    private let core: HTTPServer.Core
+    let core: HTTPServer.Core
     private let epollFD: Int32
     private let wakeFD: Int32
     /// The eventfd while the loop runs, -1 once it is closed. Every write to it happens under this lock, so a
@@ -25,11 +25,11 @@ final class EventLoop: @unchecked Sendable {
     /// part of the process (a database socket) has reused since.
     private let wakeHandle: Mutex<Int32>
     private var listenFD: Int32
-    private var connections: [Int32: HTTPConnection] = [:]
+    var connections: [Int32: HTTPConnection] = [:]
     private let inbox = Mutex<[Completion]>([])
     private let commands = Mutex<[Command]>([])
-    /// Jobs of handler tasks that prefer this loop as their executor (see ``dispatch(_:on:)``).
-    /// Jobs of tasks that prefer this loop, and whether the loop has stopped (then jobs run on Dispatch instead).
+    /// Jobs of handler tasks that prefer this loop as their executor (see ``dispatch(_:on:)``), and whether the
+    /// loop has stopped (then jobs run on Dispatch instead).
     let jobs = Mutex<(queue: [UnownedJob], stopped: Bool)>(([], false))
 
     /// Loops are kept for the life of the process: tasks hold this executor unowned and may resume after shutdown.
@@ -37,7 +37,7 @@ final class EventLoop: @unchecked Sendable {
     private let finished = Mutex(false)
     private let releasedListener = Mutex(false)
     private var nextID: UInt64 = 0
-    private var draining = false
+    var draining = false
     private var acceptPausedUntil: UInt64 = 0
     private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
 
@@ -291,7 +291,7 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    private func enqueue(_ bytes: [UInt8], on connection: HTTPConnection, now: UInt64) {
+    func enqueue(_ bytes: [UInt8], on connection: HTTPConnection, now: UInt64) {
         if connection.outputOffset == connection.output.count {
             connection.output = bytes
             connection.outputOffset = 0
@@ -348,40 +348,14 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    private func closeConnection(_ connection: HTTPConnection) {
+    func closeConnection(_ connection: HTTPConnection) {
         guard connections.removeValue(forKey: connection.fd) != nil else { return }
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, nil)
         close(connection.fd)
         core.openConnections.subtract(1, ordering: .relaxed)
     }
 
-    // MARK: - Timeouts and drain
-
-    private func sweepTimeouts(now: UInt64) {
-        let configuration = core.configuration
-        for connection in Array(connections.values) {
-            if let deadline = connection.lingerDeadline {
-                if now >= deadline { closeConnection(connection) }
-                continue
-            }
-            if connection.inFlight { continue }
-            if connection.hasPendingOutput {
-                if now - connection.lastActivity > configuration.idleTimeoutMillis { closeConnection(connection) }
-                continue
-            }
-            if connection.parser.isMidRequest, let started = connection.requestStarted {
-                if now - started > configuration.requestTimeoutMillis {
-                    connection.closeAfterWrite = true
-                    core.countParseError(status: 408)
-                    let response = core.errorResponse(408, "the request was not received in time")
-                    enqueue(response.serialized(version: .http1_1, keepAlive: false), on: connection, now: now)
-                }
-                continue
-            }
-            let idleLimit = draining ? 0 : configuration.idleTimeoutMillis
-            if now - connection.lastActivity > idleLimit { closeConnection(connection) }
-        }
-    }
+    // MARK: - Drain
 
     /// Stops watching the shared listener; the server closes it once every loop has let go.
     private func releaseListener() {

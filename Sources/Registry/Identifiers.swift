@@ -61,11 +61,10 @@ public enum Identifiers {
     }
 
     /// True when every character is printable ASCII or non-control Unicode, and the text is within `limit` bytes.
-    public static func isPlainText(_ text: String, limit: Int) -> Bool {
+    public static func isPlainText(_ text: String, limit: Int = .max) -> Bool {
         text.utf8.count <= limit
             && text.unicodeScalars.allSatisfy {
                 $0.value >= 0x20 && $0.value != 0x7f && !(0x80..<0xa0).contains($0.value)
             }
     }
 }
-

@@ -61,7 +61,8 @@ public struct RegistrationService: Sendable {
 
     /// The registration a path names, by token or FID.
     public func find(project: Project, tokenOrFID: String) async throws -> Registration? {
-        if Identifiers.isValidFID(tokenOrFID), let byFID = try await store.find(projectID: project.id, fid: tokenOrFID) {
+        if Identifiers.isValidFID(tokenOrFID), let byFID = try await store.find(projectID: project.id, fid: tokenOrFID)
+        {
             return byFID
         }
         guard RegistrationToken.isValid(tokenOrFID) else { return nil }

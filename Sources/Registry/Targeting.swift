@@ -96,8 +96,10 @@ public struct TargetingService: Sendable {
     /// Live registrations subscribed to `topic`, after FID `after`.
     public func members(projectID: String, topic: String, after: String?, limit: Int) async throws -> [Target] {
         let now = clock.now()
-        return try await store.members(topic: topic, filter: filter(projectID: projectID, after: after, limit: limit, now: now))
-            .map { target($0, now: now) }
+        return try await store.members(
+            topic: topic, filter: filter(projectID: projectID, after: after, limit: limit, now: now)
+        )
+        .map { target($0, now: now) }
     }
 
     /// Live registrations that satisfy `condition`, after FID `after`.
@@ -107,7 +109,6 @@ public struct TargetingService: Sendable {
             condition: condition, filter: filter(projectID: projectID, after: after, limit: limit, now: now)
         ).map { target($0, now: now) }
     }
-
 
     /// Why a token (or FID) may or may not be sent to.
     public func sendability(project: Project, token: String) async throws -> Sendability {

@@ -81,7 +81,8 @@ public final class TokenIssuer: Sendable {
     public func rotate() async throws -> String {
         let key = try ES256PrivateKey.generate()
         let kid = key.publicKey.thumbprint
-        try await store.insert(StoredSigningKey(kid: kid, privatePEM: try key.pemRepresentation(), createdAt: clock.now()))
+        try await store.insert(
+            StoredSigningKey(kid: kid, privatePEM: try key.pemRepresentation(), createdAt: clock.now()))
         try await reload()
         return kid
     }

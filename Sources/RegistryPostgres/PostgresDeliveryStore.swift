@@ -28,7 +28,8 @@ struct PostgresDeliveryStore: DeliveryStore {
                 deliveryID: try row.require("delivery_id"), attempts: try row.require("attempts"),
                 endpoint: try row.require("endpoint"), secret: try row.require("secret"),
                 projectID: try row.require("project_id"), fid: try row.require("fid"),
-                reason: try row.require("reason", as: DeletionReason.self), requestedAt: try row.require("requested_at"),
+                reason: try row.require("reason", as: DeletionReason.self),
+                requestedAt: try row.require("requested_at"),
                 deadline: try row.require("deadline"))
         }
     }

@@ -18,28 +18,28 @@ struct PostgresInstallationStore: InstallationStore {
     /// The creation statement; it answers one row, `created` = 1 when the installation was made.
     static func creation(_ i: Installation, fidHash: [UInt8], initialConsent: Bool) -> PostgresQuery {
         """
-            WITH retired AS (
-                SELECT 1 FROM retired_fids WHERE project_id = \(i.projectID) AND fid_hmac = \(ByteA(fidHash))
-            ), created AS (
-                INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, sdk_version, created_at, last_seen_at)
-                SELECT \(i.projectID), \(i.fid), \(i.appID), \(ByteA(i.refreshTokenHash)), \(i.sdkVersion), \(i.createdAt), \(i.lastSeenAt)
-                WHERE NOT EXISTS (SELECT 1 FROM retired)
-                ON CONFLICT DO NOTHING
-                RETURNING project_id, fid, created_at
-            ), consent AS (
-                INSERT INTO consents (project_id, fid, purpose, granted, source, actor, updated_at)
-                SELECT project_id, fid, \(ConsentService.messaging), \(initialConsent), 'app-default',
-                    \(ConsentActor.default.rawValue), created_at FROM created
-            ), ledger AS (
-                INSERT INTO consent_events (project_id, fid, purpose, granted, previous, actor, source, recorded_at)
-                SELECT project_id, fid, \(ConsentService.messaging), \(initialConsent), NULL,
-                    \(ConsentActor.default.rawValue), 'app-default', created_at FROM created
-            ), event AS (
-                INSERT INTO event_outbox (project_id, type, fid)
-                SELECT project_id, \(EventType.installationCreated.rawValue), fid FROM created
-            )
-            SELECT count(*) AS created FROM created
-            """
+        WITH retired AS (
+            SELECT 1 FROM retired_fids WHERE project_id = \(i.projectID) AND fid_hmac = \(ByteA(fidHash))
+        ), created AS (
+            INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, sdk_version, created_at, last_seen_at)
+            SELECT \(i.projectID), \(i.fid), \(i.appID), \(ByteA(i.refreshTokenHash)), \(i.sdkVersion), \(i.createdAt), \(i.lastSeenAt)
+            WHERE NOT EXISTS (SELECT 1 FROM retired)
+            ON CONFLICT DO NOTHING
+            RETURNING project_id, fid, created_at
+        ), consent AS (
+            INSERT INTO consents (project_id, fid, purpose, granted, source, actor, updated_at)
+            SELECT project_id, fid, \(ConsentService.messaging), \(initialConsent), 'app-default',
+                \(ConsentActor.default.rawValue), created_at FROM created
+        ), ledger AS (
+            INSERT INTO consent_events (project_id, fid, purpose, granted, previous, actor, source, recorded_at)
+            SELECT project_id, fid, \(ConsentService.messaging), \(initialConsent), NULL,
+                \(ConsentActor.default.rawValue), 'app-default', created_at FROM created
+        ), event AS (
+            INSERT INTO event_outbox (project_id, type, fid)
+            SELECT project_id, \(EventType.installationCreated.rawValue), fid FROM created
+        )
+        SELECT count(*) AS created FROM created
+        """
     }
 
     func find(projectID: String, fid: String) async throws -> Installation? {
@@ -100,7 +100,8 @@ struct PostgresInstallationStore: InstallationStore {
                 ON CONFLICT DO NOTHING
                 """)
             try await Outbox.append(
-                .installationDeleted, projectID: d.projectID, fid: d.fid, payload: ["reason": .string(d.reason.rawValue)],
+                .installationDeleted, projectID: d.projectID, fid: d.fid,
+                payload: ["reason": .string(d.reason.rawValue)],
                 on: c)
             return true
         }

@@ -14,9 +14,10 @@ struct PostgresRegistrationStore: RegistrationStore {
                 return .installationNotFound
             }
             guard try await Self.messagingConsent(projectID: r.projectID, fid: r.fid, on: c) else { return .consentOff }
-            let existed = !(try await c.query(
-                "SELECT 1 FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)"
-            ).isEmpty)
+            let existed =
+                !(try await c.query(
+                    "SELECT 1 FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)"
+                ).isEmpty)
             guard let row = try await c.query(Self.upsert(r, keepToken: true)).first else {
                 throw RegistryError(.internal, "the registration upsert returned no row")
             }
@@ -117,7 +118,8 @@ struct PostgresRegistrationStore: RegistrationStore {
                 }
                 try await c.query(Self.upsert(r, keepToken: false))
                 try await Outbox.append(
-                    .registrationCreated, projectID: r.projectID, fid: r.fid, payload: Outbox.platform(r.platform), on: c)
+                    .registrationCreated, projectID: r.projectID, fid: r.fid, payload: Outbox.platform(r.platform),
+                    on: c)
                 tokens[item.apnsToken] = r.token
             }
             return tokens

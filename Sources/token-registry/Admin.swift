@@ -29,7 +29,8 @@ enum Admin {
         let database = try await Database.open(configuration)
         defer { database.close() }
         try await database.migrate()
-        let app = try await database.application(configuration: configuration, clock: clock, logger: Logger(level: .error))
+        let app = try await database.application(
+            configuration: configuration, clock: clock, logger: Logger(level: .error))
         defer { app.services.health.close() }
         return try await body(app)
     }

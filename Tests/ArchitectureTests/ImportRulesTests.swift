@@ -35,7 +35,9 @@ struct ImportRulesTests {
             for line in try String(contentsOf: url, encoding: .utf8).split(separator: "\n") {
                 let words = line.split(separator: " ").map(String.init)
                 guard let index = words.firstIndex(of: "import"), index + 1 < words.count,
-                    words[..<index].allSatisfy({ ["@testable", "public", "package", "internal", "@_exported"].contains($0) })
+                    words[..<index].allSatisfy({
+                        ["@testable", "public", "package", "internal", "@_exported"].contains($0)
+                    })
                 else { continue }
                 found.append((url.lastPathComponent, words[index + 1].split(separator: ".").first.map(String.init)!))
             }

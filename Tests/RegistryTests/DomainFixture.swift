@@ -52,7 +52,8 @@ struct DomainFixture {
             stores: stores(clock), clock: clock, freshness: Freshness(staleDays: 30, expireDays: 270),
             transport: transport)
         _ = try await services.catalog.createProject(id: project.id, number: project.number)
-        web = try await services.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
+        web = try await services.catalog.createApp(
+            project: project, platform: .web, bundleID: nil, autoInitDefault: true)
         optedOut = try await services.catalog.createApp(
             project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: false)
     }
@@ -74,7 +75,8 @@ struct DomainFixture {
             installation: installation,
             ClientRegistration(
                 platform: .web,
-                web: WebPush(endpoint: "https://push.example/1", auth: "YQ", p256dh: "Yg", applicationPubKey: nil, origin: nil)))
+                web: WebPush(
+                    endpoint: "https://push.example/1", auth: "YQ", p256dh: "Yg", applicationPubKey: nil, origin: nil)))
     }
 
     func refresh(_ fid: String, _ token: String, at clientTime: Date?) async throws -> (Registration, RefreshOutcome) {

@@ -20,7 +20,8 @@ struct DomainServiceTests {
 
             try await f.consent(optedOut, false)
             #expect(try await f.members("news").isEmpty)
-            #expect(try await f.services.targeting.sendability(project: f.project, token: registration.token) == .disabled)
+            #expect(
+                try await f.services.targeting.sendability(project: f.project, token: registration.token) == .disabled)
             // Granting again does not revive the registration; registering again does, with the same token.
             try await f.consent(optedOut, true)
             #expect(try await f.members("news").isEmpty)
@@ -168,11 +169,13 @@ struct DomainServiceTests {
             _ = try await f.services.topics.subscribe(project: f.project, fid: fresh.fid, topic: "b")
             #expect(try await f.members("a") == [fresh.fid])
             let resolved = try await f.services.targeting.resolve(
-                projectID: f.project.id, condition: try Condition.parse("'a' in topics && !('b' in topics)"), after: nil,
+                projectID: f.project.id, condition: try Condition.parse("'a' in topics && !('b' in topics)"),
+                after: nil,
                 limit: 10)
             #expect(resolved.isEmpty)
             #expect(try await f.services.targeting.sendability(project: f.project, token: old.fid) == .expired)
-            #expect(try await f.services.targeting.sendability(project: f.project, token: "unknown-token") == .unknownToken)
+            #expect(
+                try await f.services.targeting.sendability(project: f.project, token: "unknown-token") == .unknownToken)
         }
     }
 
@@ -186,7 +189,8 @@ struct DomainServiceTests {
             #expect(try await f.services.jobs.expireIdle() == 1)
             #expect(try await f.services.installations.find(project: f.project, fid: idle.fid) == nil)
             #expect(try await f.services.installations.find(project: f.project, fid: back.fid) != nil)
-            #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: idle.fid)?.reason == .inactivity)
+            #expect(
+                try await f.services.deletions.receipt(projectID: f.project.id, fid: idle.fid)?.reason == .inactivity)
         }
     }
 
@@ -205,7 +209,8 @@ struct DomainServiceTests {
             let refused = try await f.services.registrations.importAPNs(
                 project: f.project, app: f.optedOut, apnsTokens: ["0123"], sandbox: false)
             #expect(refused == [.noConsent(apnsToken: "0123")])
-            let registration = try #require(try await f.services.registrations.find(project: f.project, tokenOrFID: token))
+            let registration = try #require(
+                try await f.services.registrations.find(project: f.project, tokenOrFID: token))
             #expect(registration.apnsEnvironment == .sandbox && registration.platform == .ios)
         }
     }
@@ -231,7 +236,9 @@ struct DomainServiceTests {
                     .installationDeleted,
                 ])
             #expect(events.map(\.sequence) == events.map(\.sequence).sorted())
-            #expect(try await f.services.feed.events(projectID: f.project.id, after: events[2].sequence, limit: 100).count == 2)
+            #expect(
+                try await f.services.feed.events(projectID: f.project.id, after: events[2].sequence, limit: 100).count
+                    == 2)
         }
     }
 
@@ -240,7 +247,9 @@ struct DomainServiceTests {
         try await DomainFixture.with(kind) { f in
             let i = try await f.installation()
             let many = (0..<Topic.maxPerInstallation).map { "t\($0)" }
-            for topic in many { _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: topic) }
+            for topic in many {
+                _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: topic)
+            }
             await #expect(throws: RegistryError.self) {
                 _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: "one-more")
             }

@@ -85,10 +85,13 @@ struct RegistryRulesTests {
         }
         #expect(freshness.sendability(of: registration(ageDays: 1), messagingConsent: true, at: clock.now()) == .ok)
         #expect(freshness.sendability(of: registration(ageDays: 31), messagingConsent: true, at: clock.now()) == .stale)
-        #expect(freshness.sendability(of: registration(ageDays: 271), messagingConsent: true, at: clock.now()) == .expired)
-        #expect(freshness.sendability(of: registration(ageDays: 1), messagingConsent: false, at: clock.now()) == .noConsent)
         #expect(
-            freshness.sendability(of: registration(ageDays: 1, state: .disabled), messagingConsent: true, at: clock.now())
+            freshness.sendability(of: registration(ageDays: 271), messagingConsent: true, at: clock.now()) == .expired)
+        #expect(
+            freshness.sendability(of: registration(ageDays: 1), messagingConsent: false, at: clock.now()) == .noConsent)
+        #expect(
+            freshness.sendability(
+                of: registration(ageDays: 1, state: .disabled), messagingConsent: true, at: clock.now())
                 == .disabled)
         #expect(Sendability.stale.sendable && !Sendability.expired.sendable)
     }

@@ -144,7 +144,8 @@ struct TopicsController: Sendable {
 
     func clientSubscribe(_ context: RequestContext) async throws -> HTTPResponse {
         let (project, installation, topic) = try await clientSubject(context)
-        return .json(subscription(context, try await subscribe(project: project, fid: installation.fid, topic: topic).0))
+        return .json(
+            subscription(context, try await subscribe(project: project, fid: installation.fid, topic: topic).0))
     }
 
     func clientUnsubscribe(_ context: RequestContext) async throws -> HTTPResponse {

@@ -73,8 +73,10 @@ extension InMemoryStores: TopicStore, TargetingStore {
     }
 
     public func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [TopicSubscription] {
-        (topics[Key(projectID: projectID, fid: fid)] ?? [:]).filter { $0.key > (after ?? "") }.sorted { $0.key < $1.key }
-            .prefix(limit).map { TopicSubscription(topic: $0.key, createdAt: $0.value) }
+        (topics[Key(projectID: projectID, fid: fid)] ?? [:]).filter { $0.key > (after ?? "") }.sorted {
+            $0.key < $1.key
+        }
+        .prefix(limit).map { TopicSubscription(topic: $0.key, createdAt: $0.value) }
     }
 
     /// Registrations of the project that pass `filter`, in FID order, for which `matches` holds.
@@ -84,7 +86,8 @@ extension InMemoryStores: TopicStore, TargetingStore {
                 && filter.admits(state: r.state, refreshedAt: r.refreshedAt, messagingConsent: messagingConsent(key))
                 && matches(key)
         }.sorted { $0.key.fid < $1.key.fid }.prefix(filter.limit).map {
-            LiveRegistration(fid: $0.key.fid, token: $0.value.token, platform: $0.value.platform, refreshedAt: $0.value.refreshedAt)
+            LiveRegistration(
+                fid: $0.key.fid, token: $0.value.token, platform: $0.value.platform, refreshedAt: $0.value.refreshedAt)
         }
     }
 

@@ -181,7 +181,8 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
         let moved = outbox
         outbox = []
         for e in moved {
-            feed.append((e.projectID, FeedEvent(sequence: next(), type: e.type, fid: e.fid, data: e.data, time: e.time)))
+            feed.append(
+                (e.projectID, FeedEvent(sequence: next(), type: e.type, fid: e.fid, data: e.data, time: e.time)))
         }
         return moved.count
     }

@@ -43,7 +43,10 @@ public actor InMemoryStores {
     var ledger: [Key: [ConsentEvent]] = [:]
     var registrations: [Key: Registration] = [:] {
         // A registration written again may expire (and be reported) again, as `expired_reported` resets in SQL.
-        didSet { expiredReported.formIntersection(registrations.compactMap { $0.value.refreshedAt == oldValue[$0.key]?.refreshedAt ? $0.key : nil }) }
+        didSet {
+            expiredReported.formIntersection(
+                registrations.compactMap { $0.value.refreshedAt == oldValue[$0.key]?.refreshedAt ? $0.key : nil })
+        }
     }
     var expiredReported: Set<Key> = []
     var topics: [Key: [String: Date]] = [:]
@@ -170,7 +173,9 @@ extension InMemoryStores: ConsentStore {
             ConsentEvent(
                 sequence: next(), purpose: change.purpose, granted: change.granted, previous: previous,
                 actor: change.actor, source: change.source, policyVersion: change.policyVersion, recordedAt: at))
-        emit(.consentChanged, projectID, fid, ["purpose": .string(change.purpose), "autoInitEnabled": .bool(change.granted)])
+        emit(
+            .consentChanged, projectID, fid,
+            ["purpose": .string(change.purpose), "autoInitEnabled": .bool(change.granted)])
         if change.purpose == ConsentService.messaging, !change.granted, registrations[key]?.state == .active {
             registrations[key]?.state = .disabled
             emit(.registrationDisabled, projectID, fid)
@@ -213,7 +218,9 @@ extension InMemoryStores: RegistrationStore {
         if let current, !RefreshOutcome.accepts(incoming: r.clientTime, stored: current.clientTime) {
             return .stored(current, .ignoredAsOlder)
         }
-        let holder = registrations.first { $0.key != key && $0.key.projectID == r.projectID && $0.value.token == r.token }
+        let holder = registrations.first {
+            $0.key != key && $0.key.projectID == r.projectID && $0.value.token == r.token
+        }
         if let holder { registrations[holder.key] = nil }
         var stored = r
         if let current, current.token == r.token { stored.createdAt = current.createdAt }
