@@ -16,6 +16,10 @@ public struct Configuration: Sendable {
     public var http: HTTPServer.Configuration
     public var logLevel: Logger.Level = .info
     public var databasePoolSize = 16
+    /// How long a request waits for a free database connection before it is answered 503 with `Retry-After`.
+    public var databaseAcquireTimeoutMillis = 5000
+    /// Each database connection's `statement_timeout` (0: the server's own setting).
+    public var databaseStatementTimeoutMillis = 30_000
     public var drainTimeoutSeconds = 10.0
     /// Installation creates per second, per API key and per client address (bursts of twice that).
     public var createRatePerKey = 500.0
@@ -68,6 +72,9 @@ public struct Configuration: Sendable {
         c.http.idleTimeoutMillis = UInt64(try reader.int("IDLE_TIMEOUT_MS", default: 75_000, range: 100...3_600_000))
         c.drainTimeoutSeconds = Double(try reader.int("DRAIN_TIMEOUT_SECONDS", default: 10, range: 0...3600))
         c.databasePoolSize = try reader.int("DB_POOL_SIZE", default: 16, range: 1...1000)
+        c.databaseAcquireTimeoutMillis = try reader.int("DB_ACQUIRE_TIMEOUT_MS", default: 5000, range: 10...600_000)
+        c.databaseStatementTimeoutMillis = try reader.int(
+            "DB_STATEMENT_TIMEOUT_MS", default: 30_000, range: 0...86_400_000)
         c.createRatePerKey = Double(try reader.int("RATE_LIMIT_CREATE_PER_KEY", default: 500, range: 0...1_000_000))
         c.createRatePerAddress = Double(
             try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))

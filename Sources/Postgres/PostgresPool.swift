@@ -1,10 +1,12 @@
 import Foundation
 import Synchronization
 
-/// A bounded pool of connections with waiting, acquire time-outs and reconnect back-off.
+/// A bounded pool of connections with waiting, acquire time-outs, cancellation and reconnect back-off.
 ///
-/// A `final class` with its state behind a `Mutex` rather than an actor: taking and returning a connection are a
-/// few instructions under a lock, not two executor hops per query. Only a caller that must wait suspends.
+/// A `final class` with its state behind one `Mutex` rather than an actor: taking and returning a connection are a
+/// few instructions under a lock, not two executor hops per query. Only a caller that must wait suspends. Every
+/// decision is made by ``PoolStateMachine`` under that lock (and unit-tested there); this class only carries the
+/// decisions out: it resumes waiters, opens connections and runs the time-outs.
 ///
 /// When the database is unreachable, the pool fails fast for a back-off window (100 ms doubling to 5 s)
 /// instead of letting every request wait on a connect; the first success resets it.
@@ -14,11 +16,18 @@ public final class PostgresPool: Sendable {
         public var maxConnections: Int
         /// How long an acquire waits for a free connection before failing with `.poolTimeout`.
         public var acquireTimeout: Duration
+        /// Set as each connection's `statement_timeout`, so one slow statement cannot hold a connection for ever;
+        /// nil leaves the server's setting.
+        public var statementTimeout: Duration?
 
-        public init(conninfo: String, maxConnections: Int = 10, acquireTimeout: Duration = .seconds(5)) {
+        public init(
+            conninfo: String, maxConnections: Int = 10, acquireTimeout: Duration = .seconds(5),
+            statementTimeout: Duration? = .seconds(30)
+        ) {
             self.conninfo = conninfo
             self.maxConnections = max(1, maxConnections)
             self.acquireTimeout = acquireTimeout
+            self.statementTimeout = statementTimeout
         }
     }
 
@@ -29,39 +38,46 @@ public final class PostgresPool: Sendable {
         public let waiting: Int
     }
 
+    /// What a waiter is handed: a connection, or a reserved slot to open one in.
     private enum Grant: Sendable {
         case connection(PostgresConnection)
         case slot
     }
 
-    private struct Waiter {
-        let id: UInt64
-        let continuation: CheckedContinuation<Grant, any Error>
-    }
+    private typealias Machine = PoolStateMachine<PostgresConnection>
+    private typealias Resumption = (CheckedContinuation<Grant, any Error>, Result<Grant, any Error>)
 
     private struct State {
-        var idle: [PostgresConnection] = []
-        var total = 0
-        var waiters: [Waiter] = []
-        var nextWaiterID: UInt64 = 0
-        var backoff: Duration = .zero
-        var retryAfter: ContinuousClock.Instant?
-        var lastError: PostgresError?
-    }
+        var machine: Machine
+        var continuations: [UInt64: CheckedContinuation<Grant, any Error>] = [:]
+        var timers: [UInt64: Task<Void, Never>] = [:]
+        var nextID: UInt64 = 0
 
-    private enum Acquired {
-        case ready(PostgresConnection)
-        case open
-        case wait(UInt64)
+        /// The continuation a waiter action answers, with its answer; its timer is cancelled.
+        mutating func take(_ action: Machine.WaiterAction) -> Resumption? {
+            let id: UInt64
+            let result: Result<Grant, any Error>
+            switch action {
+            case let .lease(waiter, connection): (id, result) = (waiter, .success(.connection(connection)))
+            case let .open(waiter): (id, result) = (waiter, .success(.slot))
+            case let .fail(waiter, error): (id, result) = (waiter, .failure(error))
+            }
+            timers.removeValue(forKey: id)?.cancel()
+            // A waiter is registered together with its continuation, under the same lock: it is always here.
+            return continuations.removeValue(forKey: id).map { ($0, result) }
+        }
     }
 
     public let configuration: Configuration
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
-    public init(_ configuration: Configuration) { self.configuration = configuration }
+    public init(_ configuration: Configuration) {
+        self.configuration = configuration
+        state = Mutex(State(machine: Machine(maxConnections: configuration.maxConnections)))
+    }
 
     public var statistics: Statistics {
-        state.withLock { Statistics(inUse: $0.total - $0.idle.count, idle: $0.idle.count, waiting: $0.waiters.count) }
+        state.withLock { Statistics(inUse: $0.machine.inUse, idle: $0.machine.idleCount, waiting: $0.machine.waiting) }
     }
 
     /// Runs `body` with a connection taken from the pool and returned afterwards.
@@ -100,110 +116,110 @@ public final class PostgresPool: Sendable {
         try await withConnection { try await $0.query(query) }
     }
 
-    /// Closes idle connections; used at shutdown.
+    /// Closes the pool: idle connections close now, waiters and later callers fail, connections in use close when
+    /// they come back. Used at shutdown.
     public func close() {
-        state.withLock { s in
-            s.total -= s.idle.count
-            s.idle.removeAll()
+        let (idle, waiters) = state.withLock { s -> ([PostgresConnection], [Resumption]) in
+            let (idle, actions) = s.machine.close()
+            return (idle, actions.compactMap { s.take($0) })
         }
+        _ = idle  // dropped here: each connection closes itself (PQfinish) when released
+        for (continuation, result) in waiters { continuation.resume(with: result) }
     }
 
     // MARK: - Acquire and release
 
     private func acquire() async throws -> PostgresConnection {
-        let timeout = configuration.acquireTimeout
-        let decision = state.withLock { s -> Acquired in
-            if let connection = s.idle.popLast() { return .ready(connection) }
-            if s.total < configuration.maxConnections {
-                s.total += 1
-                return .open
-            }
-            s.nextWaiterID += 1
-            return .wait(s.nextWaiterID)
+        let (id, fast) = state.withLock { s -> (UInt64, Machine.AcquireAction?) in
+            s.nextID += 1
+            // Answer at once when no waiting is needed; otherwise wait below, where the continuation exists.
+            let mustWait = !s.machine.isClosed && s.machine.idleCount == 0 && s.machine.total >= s.machine.maxConnections
+            return (s.nextID, mustWait ? nil : s.machine.acquire(s.nextID, at: .now))
         }
-        switch decision {
-        case let .ready(connection): return connection
-        case .open: return try await openForSlot()
-        case let .wait(id):
-            let grant: Grant = try await withCheckedThrowingContinuation { continuation in
-                state.withLock { $0.waiters.append(Waiter(id: id, continuation: continuation)) }
-                Task { [weak self] in
-                    try? await Task.sleep(for: timeout)
-                    self?.expireWaiter(id)
+        let grant: Grant
+        switch fast {
+        case let .lease(connection)?: return connection
+        case .open?: return try await open()
+        case let .fail(error)?: throw error
+        case .cancelled?: throw CancellationError()
+        case .wait?, nil:
+            grant = try await wait(id)
+            state.withLock { $0.machine.served(id) }
+        }
+        switch grant {
+        case let .connection(connection): return connection
+        case .slot: return try await open()
+        }
+    }
+
+    /// Waits for a release, a slot, the time-out, a cancellation or the pool's close, whichever comes first.
+    private func wait(_ id: UInt64) async throws -> Grant {
+        let timeout = configuration.acquireTimeout
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Grant, any Error>) in
+                // Deciding and registering happen under one lock: no release can slip in between.
+                let action = state.withLock { s -> Machine.AcquireAction in
+                    let action = s.machine.acquire(id, at: .now)
+                    if case .wait = action {
+                        s.continuations[id] = continuation
+                        s.timers[id] = Task { [weak self] in
+                            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                            self?.expire(id)
+                        }
+                    }
+                    return action
+                }
+                switch action {
+                case let .lease(connection): continuation.resume(returning: .connection(connection))
+                case .open: continuation.resume(returning: .slot)
+                case let .fail(error): continuation.resume(throwing: error)
+                case .cancelled: continuation.resume(throwing: CancellationError())
+                case .wait: break
                 }
             }
-            switch grant {
-            case let .connection(connection): return connection
-            case .slot: return try await openForSlot()
+        } onCancel: {
+            let waiter = state.withLock { s -> Resumption? in
+                guard s.machine.cancelled(id) else { return nil }
+                s.timers.removeValue(forKey: id)?.cancel()
+                return s.continuations.removeValue(forKey: id).map { ($0, .failure(CancellationError())) }
             }
+            if let (continuation, result) = waiter { continuation.resume(with: result) }
         }
     }
 
-    private func expireWaiter(_ id: UInt64) {
-        let waiter = state.withLock { s -> Waiter? in
-            guard let index = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return s.waiters.remove(at: index)
+    private func expire(_ id: UInt64) {
+        let waiter = state.withLock { s -> Resumption? in
+            guard s.machine.timedOut(id) else { return nil }
+            s.timers[id] = nil
+            return s.continuations.removeValue(forKey: id).map { ($0, .failure(Machine.timeoutError)) }
         }
-        waiter?.continuation.resume(
-            throwing: PostgresError(.poolTimeout, message: "no database connection free in time"))
+        if let (continuation, result) = waiter { continuation.resume(with: result) }
     }
 
-    /// Opens a connection for a slot already counted in `total`; gives the slot back on failure.
-    private func openForSlot() async throws -> PostgresConnection {
-        let backingOff = state.withLock { s -> PostgresError? in
-            guard let retryAfter = s.retryAfter, ContinuousClock.now < retryAfter else { return nil }
-            return s.lastError ?? PostgresError(.connectionFailed, message: "database unavailable")
-        }
-        if let backingOff {
-            giveBackSlot()
-            throw backingOff
-        }
+    /// Opens a connection for a slot the machine reserved; a failure gives the slot back and fails the waiters.
+    private func open() async throws -> PostgresConnection {
         do {
             let connection = try await PostgresConnection.connect(configuration.conninfo)
-            state.withLock { s in
-                s.backoff = .zero
-                s.retryAfter = nil
-                s.lastError = nil
+            if let timeout = configuration.statementTimeout {
+                let (seconds, attoseconds) = timeout.components
+                try await connection.execute(
+                    "SET statement_timeout = \(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))")
             }
+            state.withLock { $0.machine.opened() }
             return connection
-        } catch let error as PostgresError {
-            // Waiters would only queue behind a dead database: let them fail now.
-            let pending = state.withLock { s -> [Waiter] in
-                s.total -= 1
-                s.backoff = s.backoff == .zero ? .milliseconds(100) : min(s.backoff * 2, .seconds(5))
-                s.retryAfter = ContinuousClock.now + s.backoff
-                s.lastError = error
-                defer { s.waiters.removeAll() }
-                return s.waiters
-            }
-            for waiter in pending { waiter.continuation.resume(throwing: error) }
+        } catch {
+            let error = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+            let failed = state.withLock { s in s.machine.openFailed(error, at: .now).compactMap { s.take($0) } }
+            for (continuation, result) in failed { continuation.resume(with: result) }
             throw error
         }
     }
 
     private func release(_ connection: PostgresConnection) {
         let reusable = connection.isHealthy && !connection.isInTransaction
-        let handOff = state.withLock { s -> (Waiter, Grant)? in
-            if reusable {
-                if !s.waiters.isEmpty { return (s.waiters.removeFirst(), .connection(connection)) }
-                s.idle.append(connection)
-                return nil
-            }
-            s.total -= 1
-            guard !s.waiters.isEmpty, s.total < configuration.maxConnections else { return nil }
-            s.total += 1
-            return (s.waiters.removeFirst(), .slot)
+        let handOff = state.withLock { s in
+            s.machine.release(connection, reusable: reusable, at: .now).flatMap { s.take($0) }
         }
-        if let (waiter, grant) = handOff { waiter.continuation.resume(returning: grant) }
-    }
-
-    private func giveBackSlot() {
-        let handOff = state.withLock { s -> Waiter? in
-            s.total -= 1
-            guard !s.waiters.isEmpty, s.total < configuration.maxConnections else { return nil }
-            s.total += 1
-            return s.waiters.removeFirst()
-        }
-        handOff?.continuation.resume(returning: .slot)
+        if let (continuation, result) = handOff { continuation.resume(with: result) }
     }
 }

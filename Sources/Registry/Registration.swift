@@ -107,12 +107,13 @@ public struct Freshness: Sendable {
         expireAfter = expireDays * 86_400
     }
 
-    /// Whether `registration` may be sent to at `now`, and if not, the first reason in this order: disabled,
-    /// no consent, expired; a stale registration is still sendable.
+    /// Whether `registration` may be sent to at `now`, and if not, the first reason in this order: no consent,
+    /// disabled (consent was given again, but the client has not registered since), expired; a stale registration
+    /// is still sendable.
     public func sendability(of registration: Registration, messagingConsent: Bool, at now: Date) -> Sendability {
         let age = now.timeIntervalSince(registration.refreshedAt)
-        if registration.state == .disabled { return .disabled }
         if !messagingConsent { return .noConsent }
+        if registration.state == .disabled { return .disabled }
         if age > expireAfter { return .expired }
         if age > staleAfter { return .stale }
         return .ok
@@ -132,6 +133,12 @@ public enum RefreshOutcome: String, Sendable {
         guard let incoming, let stored else { return true }
         return incoming >= stored
     }
+
+    /// How far ahead of the database's clock a `clientTime` may be (clients' clocks drift; a time far ahead would
+    /// pin the registration against every later refresh).
+    public static let maxClientTimeAhead: Double = 300
+    /// The earliest `clientTime` accepted: 2000-01-01T00:00:00Z.
+    public static let earliestClientTime = Date(timeIntervalSince1970: 946_684_800)
 }
 
 /// What the store did with a registration write. Every write checks the installation and its messaging consent
@@ -140,6 +147,8 @@ public enum RegistrationWrite: Sendable {
     case stored(Registration, RefreshOutcome)
     case installationNotFound
     case consentOff
+    /// `clientTime` is more than ``RefreshOutcome/maxClientTimeAhead`` seconds ahead of the store's clock.
+    case clientTimeAhead
 }
 
 /// Storage of registrations.

@@ -25,6 +25,9 @@ public struct RegistrationService: Sendable {
         case let .stored(registration, outcome): return (registration, outcome)
         case .installationNotFound: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
         case .consentOff: throw consentOff(fid)
+        case .clientTimeAhead:
+            throw RegistryError.invalid(
+                "clientTime", "more than \(Int(RefreshOutcome.maxClientTimeAhead)) seconds ahead of the server's clock")
         }
     }
 
@@ -50,6 +53,9 @@ public struct RegistrationService: Sendable {
     ) {
         guard RegistrationToken.isValid(report.token) else {
             throw RegistryError.invalid("token", "1-4096 characters of A-Z a-z 0-9 _ : . -")
+        }
+        if let clientTime = report.clientTime, clientTime < RefreshOutcome.earliestClientTime {
+            throw RegistryError.invalid("clientTime", "must not be before 2000-01-01T00:00:00Z")
         }
         let now = clock.now()
         let registration = Registration(

@@ -5,6 +5,21 @@ public enum SubscribeResult: Sendable, Equatable {
     case added
     case alreadyExists
     case tooManyTopics
+    /// Messaging consent is off: no new subscription until it is given.
+    case noConsent
+    /// The installation does not exist (any more).
+    case notFound
+
+    /// The subscription rule, applied by every store under the installation's lock: an existing subscription
+    /// stays; otherwise the installation must exist, have messaging consent, and hold fewer than
+    /// ``Topic/maxPerInstallation`` topics.
+    public static func decide(exists: Bool, subscribed: Bool, consented: Bool, count: Int) -> SubscribeResult {
+        if subscribed { return .alreadyExists }
+        if !exists { return .notFound }
+        if !consented { return .noConsent }
+        if count >= Topic.maxPerInstallation { return .tooManyTopics }
+        return .added
+    }
 }
 
 /// Topic subscriptions, keyed by installation (so they survive a token refresh).
@@ -56,12 +71,15 @@ public struct TopicService: Sendable {
     /// Subscribes one installation.
     ///
     /// - Returns: the subscription, new or existing.
-    /// - Throws: `.failedPrecondition` when the installation holds too many topics.
+    /// - Throws: `.failedPrecondition` when the installation holds too many topics or has no messaging consent,
+    ///   `.notFound` when it is gone.
     public func subscribe(project: Project, fid: String, topic: String) async throws -> (TopicSubscription, added: Bool)
     {
         let now = clock.now()
         switch try await store.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid] {
         case .tooManyTopics?: throw TopicService.tooManyTopics
+        case .noConsent?: throw RegistrationService.consentOff(fid)
+        case .notFound?: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
         case .added?: return (TopicSubscription(topic: topic, createdAt: now), true)
         case .alreadyExists?, nil:
             let created = try await store.created(projectID: project.id, fid: fid, topic: topic) ?? now

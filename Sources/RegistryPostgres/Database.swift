@@ -34,6 +34,8 @@ struct Database: Sendable {
         switch error.sqlState {
         case PostgresError.uniqueViolation?:
             return RegistryError(.alreadyExists, "the resource already exists")
+        case "RG001"?:  // registry_assert_fid_live: the FID was retired while the create waited
+            return RegistryError(.alreadyExists, "the installation ID was deleted")
         case PostgresError.serializationFailure?, PostgresError.deadlockDetected?:
             return RegistryError(.aborted, "a concurrent change got in the way; retry")
         case "57014"?:  // query_canceled: statement_timeout

@@ -9,10 +9,14 @@ struct PostgresInstallationStore: InstallationStore {
 
     /// One statement, so one round trip and one implicit transaction: the retired-FID check, the installation,
     /// its initial consent, the ledger entry and the feed event (foreign keys are checked at the end of the
-    /// statement).
+    /// statement), and the re-check of the retirement after the insert (`registry_assert_fid_live`, migration 5).
     func create(_ i: Installation, fidHash: [UInt8], initialConsent: Bool) async throws -> Bool {
-        try await db.query(Self.creation(i, fidHash: fidHash, initialConsent: initialConsent)).first?.require(
-            "created", as: Int.self) == 1
+        do {
+            return try await db.query(Self.creation(i, fidHash: fidHash, initialConsent: initialConsent)).first?
+                .require("created", as: Int.self) == 1
+        } catch let error as RegistryError where error.kind == .alreadyExists {
+            return false  // retired while this create waited on the deleting transaction
+        }
     }
 
     /// The creation statement; it answers one row, `created` = 1 when the installation was made.

@@ -4,6 +4,20 @@ import Registry
 
 /// The domain's stores on one PostgreSQL database: what the composition root hands to ``RegistryServices``.
 public enum PostgresRegistry {
+    /// The pool the stores share.
+    ///
+    /// - Parameters:
+    ///   - acquireTimeoutMillis: how long a caller waits for a free connection (then `.unavailable`).
+    ///   - statementTimeoutMillis: each connection's `statement_timeout`; 0 keeps the server's.
+    public static func pool(conninfo: String, size: Int, acquireTimeoutMillis: Int, statementTimeoutMillis: Int)
+        -> PostgresPool
+    {
+        PostgresPool(
+            .init(
+                conninfo: conninfo, maxConnections: size, acquireTimeout: .milliseconds(acquireTimeoutMillis),
+                statementTimeout: statementTimeoutMillis > 0 ? .milliseconds(statementTimeoutMillis) : nil))
+    }
+
     /// Every store of ``RegistryStores``, sharing `pool`.
     public static func stores(pool: PostgresPool) -> RegistryStores {
         let db = Database(pool: pool)

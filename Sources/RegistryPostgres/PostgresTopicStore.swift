@@ -11,39 +11,39 @@ struct PostgresTopicStore: TopicStore {
     {
         guard !fids.isEmpty else { return [:] }
         return try await db.transaction { c in
-            // Lock the installations in a fixed order so concurrent batches cannot deadlock or pass the limit.
-            try await c.query(
-                """
-                SELECT fid FROM installations WHERE project_id = \(projectID) AND fid = ANY(\(TextArray(fids))::text[])
-                ORDER BY fid FOR UPDATE
-                """)
-            let existing = Set(
+            // Lock the installations in a fixed order so concurrent batches cannot deadlock or pass the limit, and so
+            // a consent change (which takes the same lock) is either seen by the next statement or waits for us.
+            let locked = Set(
                 try await c.query(
                     """
-                    SELECT fid FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
-                    AND fid = ANY(\(TextArray(fids))::text[])
+                    SELECT fid FROM installations WHERE project_id = \(projectID) AND fid = ANY(\(TextArray(fids))::text[])
+                    ORDER BY fid FOR UPDATE
                     """
                 ).map { try $0.require("fid", as: String.self) })
-            var counts: [String: Int] = [:]
+            var state: [String: (subscribed: Bool, count: Int, granted: Bool)] = [:]
             for row in try await c.query(
                 """
-                SELECT fid, count(*) AS n FROM topic_subscriptions WHERE project_id = \(projectID)
-                AND fid = ANY(\(TextArray(fids))::text[]) GROUP BY fid
+                SELECT f AS fid,
+                    EXISTS (SELECT 1 FROM topic_subscriptions ts WHERE ts.project_id = \(projectID) AND ts.fid = f
+                        AND ts.topic = \(topic)) AS subscribed,
+                    (SELECT count(*) FROM topic_subscriptions ts WHERE ts.project_id = \(projectID) AND ts.fid = f) AS n,
+                    coalesce((SELECT granted FROM consents c WHERE c.project_id = \(projectID) AND c.fid = f
+                        AND c.purpose = \(ConsentService.messaging)), false) AS granted
+                FROM unnest(\(TextArray(Array(locked)))::text[]) AS f
                 """)
             {
-                counts[try row.require("fid")] = try row.require("n", as: Int.self)
+                state[try row.require("fid")] = (
+                    try row.require("subscribed"), try row.require("n", as: Int.self), try row.require("granted")
+                )
             }
             var results: [String: SubscribeResult] = [:]
             var toAdd: [String] = []
             for fid in fids where results[fid] == nil {
-                if existing.contains(fid) {
-                    results[fid] = .alreadyExists
-                } else if counts[fid, default: 0] >= Topic.maxPerInstallation {
-                    results[fid] = .tooManyTopics
-                } else {
-                    results[fid] = .added
-                    toAdd.append(fid)
-                }
+                let result = SubscribeResult.decide(
+                    exists: state[fid] != nil, subscribed: state[fid]?.subscribed ?? false,
+                    consented: state[fid]?.granted ?? false, count: state[fid]?.count ?? 0)
+                results[fid] = result
+                if result == .added { toAdd.append(fid) }
             }
             if !toAdd.isEmpty {
                 try await c.query(

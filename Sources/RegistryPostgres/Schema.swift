@@ -12,6 +12,9 @@ public enum Schema {
         Migration(
             version: 4, name: "registration_expiry",
             sql: String(decoding: PackageResources.m004_registration_expiry_sql, as: UTF8.self)),
+        Migration(
+            version: 5, name: "fid_retirement",
+            sql: String(decoding: PackageResources.m005_fid_retirement_sql, as: UTF8.self)),
     ]
 
     public static var migrator: Migrator { Migrator(migrations: migrations) }

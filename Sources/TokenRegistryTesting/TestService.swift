@@ -32,7 +32,10 @@ public struct TestService: Sendable {
         configuration.databasePoolSize = 8
         configure(&configuration)
         try await Schema.migrator.migrate(conninfo: conninfo)
-        let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: configuration.databasePoolSize))
+        let pool = PostgresRegistry.pool(
+            conninfo: conninfo, size: configuration.databasePoolSize,
+            acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
+            statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
         let app = try await Application.build(
             configuration: configuration, stores: PostgresRegistry.stores(pool: pool), clock: clock,
             logger: Logger(level: .error))
@@ -70,7 +73,10 @@ public struct TestService: Sendable {
 
     /// Another replica of the service on the same database (its own pool, no listener), closed by `shutdown()`.
     public func replica() async throws -> Application {
-        let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: app.configuration.databasePoolSize))
+        let pool = PostgresRegistry.pool(
+            conninfo: conninfo, size: app.configuration.databasePoolSize,
+            acquireTimeoutMillis: app.configuration.databaseAcquireTimeoutMillis,
+            statementTimeoutMillis: app.configuration.databaseStatementTimeoutMillis)
         return try await Application.build(
             configuration: app.configuration, stores: PostgresRegistry.stores(pool: pool), clock: app.clock,
             logger: Logger(level: .error))

@@ -89,7 +89,10 @@ struct Database {
     func application(configuration: Configuration, clock: any Clock = SystemClock(), logger: Logger) async throws
         -> Application
     {
-        let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: configuration.databasePoolSize))
+        let pool = PostgresRegistry.pool(
+            conninfo: conninfo, size: configuration.databasePoolSize,
+            acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
+            statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
         do {
             return try await Application.build(
                 configuration: configuration, stores: PostgresRegistry.stores(pool: pool), clock: clock, logger: logger)

@@ -95,12 +95,13 @@ struct RegistrationsTests {
                 headers: s.serverHeaders, json: [:])
             let sendable = "/v1/projects/\(s.project.id)/registrations/\(token):sendability"
             #expect(try await s.request("GET", sendable, headers: s.serverHeaders).json?["reason"]?.stringValue == "OK")
-            // Withdrawal disables at once; granting again does not revive until the client registers again.
+            // Withdrawal disables at once (and the reason named is the consent); granting again does not revive
+            // until the client registers again.
             #expect(
                 try await s.request("PUT", consent, headers: fis(i), json: ["autoInitEnabled": false]).status == 200)
             #expect(
                 try await s.request("GET", sendable, headers: s.serverHeaders).json?["reason"]?.stringValue
-                    == "DISABLED")
+                    == "NO_CONSENT")
             let members = "/v1/projects/\(s.project.id)/topics/news/registrations"
             #expect(
                 try await s.request("GET", members, headers: s.serverHeaders).json?["registrations"]?.arrayValue?

@@ -19,7 +19,8 @@ enum StoreKind: String, CaseIterable, CustomTestStringConvertible {
 /// The domain services on a fresh set of stores, a project with a web app (opted in) and an iOS app (opted out),
 /// and a clock that stands still.
 struct DomainFixture {
-    let clock = ManualClock(Date(timeIntervalSince1970: 1_900_000_000))
+    /// Starts at the real time (whole seconds): the database compares some inputs with its own clock.
+    let clock = ManualClock(Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)))
     let services: RegistryServices
     let transport = ScriptedTransport()
     let project = Project(id: "demo-proj", number: 123)

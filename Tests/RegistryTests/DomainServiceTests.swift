@@ -21,10 +21,12 @@ struct DomainServiceTests {
             try await f.consent(optedOut, false)
             #expect(try await f.members("news").isEmpty)
             #expect(
-                try await f.services.targeting.sendability(project: f.project, token: registration.token) == .disabled)
+                try await f.services.targeting.sendability(project: f.project, token: registration.token) == .noConsent)
             // Granting again does not revive the registration; registering again does, with the same token.
             try await f.consent(optedOut, true)
             #expect(try await f.members("news").isEmpty)
+            #expect(
+                try await f.services.targeting.sendability(project: f.project, token: registration.token) == .disabled)
             let again = try await f.register(optedOut)
             #expect(again.token == registration.token && again.state == .active)
             #expect(try await f.members("news") == [optedOut.fid])
@@ -162,9 +164,13 @@ struct DomainServiceTests {
             _ = try await f.register(fresh)
             let quiet = try await f.installation()
             _ = try await f.register(quiet)
-            try await f.consent(quiet, false)
             for i in [old, fresh, quiet] {
                 _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: "a")
+            }
+            try await f.consent(quiet, false)
+            // Without consent, no new subscription either.
+            await #expect(throws: RegistryError.self) {
+                _ = try await f.services.topics.subscribe(project: f.project, fid: quiet.fid, topic: "b")
             }
             _ = try await f.services.topics.subscribe(project: f.project, fid: fresh.fid, topic: "b")
             #expect(try await f.members("a") == [fresh.fid])

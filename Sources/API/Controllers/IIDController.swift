@@ -27,6 +27,16 @@ struct IIDController: Sendable {
 
     static func error(_ status: Int, _ code: String) -> HTTPResponse { .json(["error": .string(code)], status: status) }
 
+    /// IID's error code for a subscription that was not made, nil when it was (or already existed).
+    static func itemError(_ result: SubscribeResult?) -> String? {
+        switch result {
+        case .added?, .alreadyExists?: return nil
+        case .tooManyTopics?: return "TOO_MANY_TOPICS"
+        case .noConsent?: return "FAILED_PRECONDITION"
+        case .notFound?, nil: return "NOT_FOUND"
+        }
+    }
+
     /// Runs `body` for the server key's project, mapping every failure to IID's error shape.
     private func iid(_ context: RequestContext, _ body: (Project) async throws -> HTTPResponse) async throws
         -> HTTPResponse
@@ -79,7 +89,7 @@ struct IIDController: Sendable {
             let results: [JSONValue] = resolved.map { entry in
                 switch entry {
                 case let .failure(f): return ["error": .string(f.code)]
-                case let .success(fid): return outcome[fid] == .tooManyTopics ? ["error": "TOO_MANY_TOPICS"] : [:]
+                case let .success(fid): return IIDController.itemError(outcome[fid]).map { ["error": .string($0)] } ?? [:]
                 }
             }
             return .json(["results": .array(results)])
@@ -115,8 +125,9 @@ struct IIDController: Sendable {
     func addRelation(_ context: RequestContext) async throws -> HTTPResponse {
         try await iid(context) { project in
             let (fid, topic) = try await relation(context, project: project)
-            if try await topics.subscribe(project: project, fids: [fid], topic: topic)[fid] == .tooManyTopics {
-                return IIDController.error(400, "TOO_MANY_TOPICS")
+            let outcome = try await topics.subscribe(project: project, fids: [fid], topic: topic)[fid]
+            if let code = IIDController.itemError(outcome) {
+                return IIDController.error(code == "NOT_FOUND" ? 404 : 400, code)
             }
             return .json([:])
         }

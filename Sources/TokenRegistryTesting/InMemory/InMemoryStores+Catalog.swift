@@ -52,14 +52,11 @@ extension InMemoryStores: TopicStore, TargetingStore {
         var results: [String: SubscribeResult] = [:]
         for fid in fids where results[fid] == nil {
             let key = Key(projectID: projectID, fid: fid)
-            if topics[key]?[topic] != nil {
-                results[fid] = .alreadyExists
-            } else if (topics[key]?.count ?? 0) >= Topic.maxPerInstallation {
-                results[fid] = .tooManyTopics
-            } else {
-                topics[key, default: [:]][topic] = at
-                results[fid] = .added
-            }
+            let result = SubscribeResult.decide(
+                exists: installations[key] != nil, subscribed: topics[key]?[topic] != nil,
+                consented: messagingConsent(key), count: topics[key]?.count ?? 0)
+            if result == .added { topics[key, default: [:]][topic] = at }
+            results[fid] = result
         }
         return results
     }

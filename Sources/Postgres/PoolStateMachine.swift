@@ -1,0 +1,136 @@
+/// The connection pool's decisions, with no I/O: who gets a connection, who must open one, who waits, who fails.
+/// ``PostgresPool`` calls it under one lock and carries out the action it returns, so a release can never slip in
+/// between a caller deciding to wait and registering as a waiter (a lost wake-up).
+///
+/// Every waiter is identified by a number the caller picks before it asks; a cancellation or time-out that arrives
+/// before the waiter is registered is remembered, so the request fails instead of waiting.
+public struct PoolStateMachine<Connection> {
+    public enum AcquireAction {
+        /// Use this idle connection.
+        case lease(Connection)
+        /// A slot is reserved for the caller: open a connection, then report ``opened()`` or ``openFailed(_:at:)``.
+        case open
+        /// Registered as a waiter: a release, a time-out, a cancellation or ``close()`` will answer it.
+        case wait
+        case fail(PostgresError)
+        /// The caller was cancelled before it asked.
+        case cancelled
+    }
+
+    /// What to do for one waiter after a release or a failure.
+    public enum WaiterAction {
+        case lease(waiter: UInt64, Connection)
+        /// A slot is reserved for the waiter: it opens a connection itself.
+        case open(waiter: UInt64)
+        case fail(waiter: UInt64, PostgresError)
+    }
+
+    public let maxConnections: Int
+    private(set) var idle: [Connection] = []
+    /// Connections leased or being opened, plus idle ones.
+    private(set) var total = 0
+    private(set) var waiters: [UInt64] = []
+    private var abandoned: Set<UInt64> = []
+    private(set) var isClosed = false
+    private var backoff: Duration = .zero
+    private var retryAfter: ContinuousClock.Instant?
+    private var lastError: PostgresError?
+
+    public init(maxConnections: Int) { self.maxConnections = max(1, maxConnections) }
+
+    public var inUse: Int { total - idle.count }
+    public var idleCount: Int { idle.count }
+    public var waiting: Int { waiters.count }
+
+    static var closedError: PostgresError { PostgresError(.connectionFailed, message: "the connection pool is closed") }
+    static var timeoutError: PostgresError {
+        PostgresError(.poolTimeout, message: "no database connection free in time")
+    }
+
+    /// A caller (`id`) asks for a connection at `now`.
+    public mutating func acquire(_ id: UInt64, at now: ContinuousClock.Instant) -> AcquireAction {
+        if abandoned.remove(id) != nil { return .cancelled }
+        if isClosed { return .fail(Self.closedError) }
+        if let connection = idle.popLast() { return .lease(connection) }
+        if total < maxConnections {
+            if let retryAfter, now < retryAfter {
+                return .fail(lastError ?? PostgresError(.connectionFailed, message: "database unavailable"))
+            }
+            total += 1
+            return .open
+        }
+        waiters.append(id)
+        return .wait
+    }
+
+    /// The caller's time ran out. True when it was still waiting (fail it with ``timeoutError``).
+    public mutating func timedOut(_ id: UInt64) -> Bool { removeWaiter(id) }
+
+    /// The caller was cancelled. True when it was waiting (fail it); a caller that has not asked yet will be
+    /// answered ``AcquireAction/cancelled`` when it does.
+    public mutating func cancelled(_ id: UInt64) -> Bool {
+        if removeWaiter(id) { return true }
+        abandoned.insert(id)
+        return false
+    }
+
+    /// The caller that was answered ``AcquireAction/lease(_:)`` or got a connection from a waiter action is done
+    /// asking (it won the race against its own cancellation): forget a cancellation noted for it.
+    public mutating func served(_ id: UInt64) { abandoned.remove(id) }
+
+    private mutating func removeWaiter(_ id: UInt64) -> Bool {
+        guard let index = waiters.firstIndex(of: id) else { return false }
+        waiters.remove(at: index)
+        return true
+    }
+
+    /// A connection comes back. `reusable` is false when it broke or was left inside a transaction.
+    public mutating func release(_ connection: Connection, reusable: Bool, at now: ContinuousClock.Instant)
+        -> WaiterAction?
+    {
+        if isClosed || !reusable {
+            total -= 1
+            return isClosed ? nil : grantSlot(at: now)
+        }
+        if !waiters.isEmpty { return .lease(waiter: waiters.removeFirst(), connection) }
+        idle.append(connection)
+        return nil
+    }
+
+    /// A reserved slot opened its connection: the database is reachable again.
+    public mutating func opened() {
+        backoff = .zero
+        retryAfter = nil
+        lastError = nil
+    }
+
+    /// A reserved slot failed to open: back off (100 ms doubling to 5 s) and fail every waiter now, rather than
+    /// let them queue behind a database that is down.
+    public mutating func openFailed(_ error: PostgresError, at now: ContinuousClock.Instant) -> [WaiterAction] {
+        total -= 1
+        backoff = backoff == .zero ? .milliseconds(100) : min(backoff * 2, .seconds(5))
+        retryAfter = now + backoff
+        lastError = error
+        defer { waiters.removeAll() }
+        return waiters.map { .fail(waiter: $0, error) }
+    }
+
+    /// A slot for the first waiter, when one is free and the database is not backing off.
+    private mutating func grantSlot(at now: ContinuousClock.Instant) -> WaiterAction? {
+        guard !waiters.isEmpty, total < maxConnections else { return nil }
+        if let retryAfter, now < retryAfter { return nil }
+        total += 1
+        return .open(waiter: waiters.removeFirst())
+    }
+
+    /// Closes the pool: the idle connections are handed back to be closed, every waiter fails, and so does every
+    /// later acquire; connections in use are dropped when they come back.
+    public mutating func close() -> (idle: [Connection], waiters: [WaiterAction]) {
+        isClosed = true
+        let connections = idle
+        total -= idle.count
+        idle = []
+        defer { waiters.removeAll() }
+        return (connections, waiters.map { .fail(waiter: $0, Self.closedError) })
+    }
+}
