@@ -133,7 +133,8 @@ public final class PostgresPool: Sendable {
         let (id, fast) = state.withLock { s -> (UInt64, Machine.AcquireAction?) in
             s.nextID += 1
             // Answer at once when no waiting is needed; otherwise wait below, where the continuation exists.
-            let mustWait = !s.machine.isClosed && s.machine.idleCount == 0 && s.machine.total >= s.machine.maxConnections
+            let mustWait =
+                !s.machine.isClosed && s.machine.idleCount == 0 && s.machine.total >= s.machine.maxConnections
             return (s.nextID, mustWait ? nil : s.machine.acquire(s.nextID, at: .now))
         }
         let grant: Grant

@@ -42,7 +42,7 @@ struct PostgresInstallationStore: InstallationStore {
             INSERT INTO event_outbox (project_id, type, fid)
             SELECT project_id, \(EventType.installationCreated.rawValue), fid FROM created
         )
-        SELECT count(*) AS created FROM created
+        SELECT count(*) AS created FROM created WHERE registry_assert_fid_live(project_id, \(ByteA(fidHash)))
         """
     }
 

@@ -89,7 +89,8 @@ struct IIDController: Sendable {
             let results: [JSONValue] = resolved.map { entry in
                 switch entry {
                 case let .failure(f): return ["error": .string(f.code)]
-                case let .success(fid): return IIDController.itemError(outcome[fid]).map { ["error": .string($0)] } ?? [:]
+                case let .success(fid):
+                    return IIDController.itemError(outcome[fid]).map { ["error": .string($0)] } ?? [:]
                 }
             }
             return .json(["results": .array(results)])

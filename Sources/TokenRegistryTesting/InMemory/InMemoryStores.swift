@@ -213,7 +213,8 @@ extension InMemoryStores: RegistrationStore {
     public func refresh(_ r: Registration) async throws -> RegistrationWrite {
         let key = Key(projectID: r.projectID, fid: r.fid)
         guard installations[key] != nil else { return .installationNotFound }
-        if let clientTime = r.clientTime, clientTime.timeIntervalSince(clock.now()) > RefreshOutcome.maxClientTimeAhead {
+        if let clientTime = r.clientTime, clientTime.timeIntervalSince(clock.now()) > RefreshOutcome.maxClientTimeAhead
+        {
             return .clientTimeAhead
         }
         guard messagingConsent(key) else { return .consentOff }

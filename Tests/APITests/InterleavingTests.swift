@@ -1,0 +1,163 @@
+import Foundation
+import JSON
+import Testing
+import TokenRegistryTesting
+
+/// Each guarantee under the interleaving that used to break it, forced: a second session holds the lock the
+/// requests need, the racing requests queue behind it, then it lets go. Every test here failed before its fix.
+@Suite("Forced interleavings", .enabled(if: TestDatabase.isAvailable))
+struct InterleavingTests {
+    static func fis(_ i: CreatedInstallationReply) -> [String: String] {
+        ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"]
+    }
+
+    /// A withdrawal that commits while a client registration is between its consent check and its write must not
+    /// leave an active registration.
+    @Test func aWithdrawalIsNeverOvertakenByARegistration() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let session = try await SecondSession(conninfo: s.conninfo)
+            // Registrations cannot be written while this is held; consent rows and reads can.
+            try await session.execute("BEGIN; LOCK TABLE registrations IN EXCLUSIVE MODE")
+            let register = Task {
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/registrations", headers: Self.fis(i),
+                    json: RegistrationsTests.webBody)
+            }
+            try await session.waitUntilBlocked(1)
+            let withdraw = Task {
+                try await s.request(
+                    "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: Self.fis(i),
+                    json: ["autoInitEnabled": false])
+            }
+            try await session.waitUntilBlocked(2)
+            try await session.execute("COMMIT")
+            _ = try await register.value
+            #expect(try await withdraw.value.status == 200)
+            let active = try await s.pool.query(
+                "SELECT count(*) AS n FROM registrations WHERE fid = \(i.fid) AND state = 'active'")
+            #expect(try active.first?.require("n", as: Int.self) == 0)
+            let sendability = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/registrations/\(i.fid):sendability", headers: s.serverHeaders)
+            #expect(sendability.json?["reason"]?.stringValue == "NO_CONSENT")
+        }
+    }
+
+    /// Two refresh callbacks for one installation, the newer one first: the older must not overwrite it.
+    @Test func theNewestClientTimeWinsWhateverTheOrder() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query("SELECT 1 FROM installations WHERE fid = \(i.fid) FOR UPDATE")
+            let now = Date()
+            func callback(_ token: String, _ offset: TimeInterval) -> Task<Reply, any Error> {
+                Task {
+                    try await s.request(
+                        "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration",
+                        headers: s.serverHeaders,
+                        json: [
+                            "token": .string(token), "platform": "android",
+                            "clientTime": .string(Timestamp.rfc3339(now.addingTimeInterval(offset))),
+                        ])
+                }
+            }
+            let newer = callback("tok-newer", 10)
+            try await session.waitUntilBlocked(1)
+            let older = callback("tok-older", 5)
+            try await session.waitUntilBlocked(2)
+            try await session.execute("COMMIT")
+            #expect(try await newer.value.status == 200)
+            #expect(try await older.value.json?["outcome"]?.stringValue == "ignored_as_older")
+            let stored = try await s.pool.query("SELECT token FROM registrations WHERE fid = \(i.fid)")
+            #expect(try stored.first?.require("token", as: String.self) == "tok-newer")
+        }
+    }
+
+    /// `clientTime` far ahead of the database's clock, or before 2000, is refused naming the field.
+    @Test(arguments: ["9999-12-31T23:59:59Z", "0000-01-01T00:00:00Z", "1999-12-31T23:59:59Z", "+10m"])
+    func clientTimesOutOfRangeAreRefused(_ text: String) async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let value = text == "+10m" ? Timestamp.rfc3339(Date().addingTimeInterval(600)) : text
+            let reply = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
+                json: ["token": "tok", "platform": "android", "clientTime": .string(value)])
+            #expect(reply.status == 400, "\(reply)")
+            #expect(reply.json?["error"]?["message"]?.stringValue?.hasPrefix("clientTime") == true, "\(reply)")
+        }
+    }
+
+    /// With no linked service, a deletion is complete at once.
+    @Test func aDeletionWithNoLinkedServiceIsDoneAtOnce() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let deleted = try await s.request(
+                "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+            #expect(deleted.status == 200)
+            let receipt = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/deletions/\(i.fid)", headers: s.serverHeaders)
+            #expect(receipt.json?["state"]?.stringValue == "done", "\(receipt)")
+            let metrics = try await s.request("GET", "/metrics").text
+            #expect(metrics.contains("registry_oldest_undelivered_deletion_seconds 0"))
+            #expect(metrics.contains("registry_deletions{state=\"pending\"} 0"))
+        }
+    }
+
+    /// A create of a FID that races its deletion, waiting on the deleting transaction, must not bring it back.
+    @Test func aDeletedFIDNeverComesBack() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let session = try await SecondSession(conninfo: s.conninfo)
+            // The deletion stops after it has removed the installation, before it commits.
+            try await session.execute("BEGIN; LOCK TABLE deletions IN EXCLUSIVE MODE")
+            let delete = Task {
+                try await s.request(
+                    "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+            }
+            try await session.waitUntilBlocked(1)
+            let create = Task { try await s.createInstallation(fid: i.fid) }
+            try await session.waitUntilBlocked(2)
+            try await session.execute("COMMIT")
+            #expect(try await delete.value.status == 200)
+            let created = try await create.value
+            #expect(created.fid != i.fid)
+            let live = try await s.pool.query("SELECT count(*) AS n FROM installations WHERE fid = \(i.fid)")
+            #expect(try live.first?.require("n", as: Int.self) == 0)
+            // Its auth token stays dead.
+            let consent = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent", headers: Self.fis(i))
+            #expect(consent.status == 401)
+        }
+    }
+
+    /// With every connection of a pool of 2 held, a request is answered 503 with `Retry-After` within the acquire
+    /// time-out, and the held ones complete once the lock goes.
+    @Test func anExhaustedPoolAnswers503Fast() async throws {
+        try await TestService.with(configure: {
+            $0.databasePoolSize = 2
+            $0.databaseAcquireTimeoutMillis = 300
+        }) { s in
+            let i = try await s.createInstallation()
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query("SELECT 1 FROM installations WHERE fid = \(i.fid) FOR UPDATE")
+            let consent = "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent"
+            let held = (0..<2).map { n in
+                Task {
+                    try await s.request(
+                        "PUT", consent, headers: s.serverHeaders, json: ["autoInitEnabled": .bool(n == 0)])
+                }
+            }
+            try await session.waitUntilBlocked(2)
+            let started = ContinuousClock.now
+            let refused = try await s.request("GET", consent, headers: s.serverHeaders)
+            let elapsed = ContinuousClock.now - started
+            #expect(refused.status == 503 && refused.header("retry-after") == "1", "\(refused)")
+            #expect(elapsed < .seconds(2), "answered after \(elapsed)")
+            try await session.execute("COMMIT")
+            for task in held { #expect(try await task.value.status == 200) }
+            #expect(try await s.request("GET", consent, headers: s.serverHeaders).status == 200)
+        }
+    }
+}
