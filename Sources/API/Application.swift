@@ -35,10 +35,13 @@ public final class Application: Sendable {
         logger: Logger? = nil,
         transport: any DeliveryTransport = URLSessionDeliveryTransport()
     ) async throws -> Application {
+        // The jobs run on the database's clock, unless the service was given a clock of its own to live by (an
+        // operator's `jobs run --now`, a test moving through 180 days).
         let services = try await RegistryServices.make(
             stores: stores, clock: clock,
             freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays),
-            policy: configuration.deletionPolicy, transport: transport)
+            policy: configuration.deletionPolicy, transport: transport,
+            jobTime: clock is SystemClock ? .database : .explicit(clock))
         return Application(
             configuration: configuration, services: services, logger: logger ?? Logger(level: configuration.logLevel))
     }
@@ -127,7 +130,17 @@ public final class Application: Sendable {
         let logger = self.logger
         let scheduler = Task {
             while !Task.isCancelled {
-                do { try await jobs.runAll() } catch {
+                do {
+                    let report = try await jobs.run()
+                    for (job, reason) in report.skipped.sorted(by: { $0.key < $1.key }) {
+                        logger.warning(
+                            "job skipped",
+                            [
+                                ("job", .string(job)), ("reason", .string(reason)),
+                                ("clockSkewSeconds", .number(String(format: "%.3f", report.clockSkewSeconds ?? 0))),
+                            ])
+                    }
+                } catch {
                     logger.warning("job run failed", [("error", .string(String(describing: error)))])
                 }
                 try? await Task.sleep(for: .seconds(interval))

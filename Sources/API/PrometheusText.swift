@@ -64,6 +64,14 @@ enum PrometheusText {
         return lines
     }
 
+    static func clockSkew(_ seconds: Double) -> [String] {
+        [
+            "# HELP registry_clock_skew_seconds This replica's clock minus the database's; beyond 60 s in either direction the destructive jobs (expiry, purge) do not run here.",
+            "# TYPE registry_clock_skew_seconds gauge",
+            "registry_clock_skew_seconds \(seconds)",
+        ]
+    }
+
     /// A label value with `\`, `"` and newlines escaped, as the exposition format requires.
     static func escape(_ value: String) -> String {
         var out = ""

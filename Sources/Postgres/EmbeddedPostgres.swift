@@ -31,21 +31,21 @@ public struct EmbeddedPostgres: Sendable {
         let asRoot = getuid() == 0
         try FileManager.default.createDirectory(atPath: socketDirectory, withIntermediateDirectories: true)
         if asRoot {
-            try run("/bin/chown", ["-R", "postgres:postgres", directory], asPostgres: false)
-            try run("/bin/chmod", ["700", directory], asPostgres: false)
+            try await run("/bin/chown", ["-R", "postgres:postgres", directory], asPostgres: false)
+            try await run("/bin/chmod", ["700", directory], asPostgres: false)
         }
         if !FileManager.default.fileExists(atPath: dataDirectory + "/PG_VERSION") {
-            try run(
+            try await run(
                 bin + "/initdb", ["-D", dataDirectory, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
                 asPostgres: asRoot)
         }
-        let running = (try? run(bin + "/pg_ctl", ["-D", dataDirectory, "status"], asPostgres: asRoot)) != nil
+        let running = (try? await run(bin + "/pg_ctl", ["-D", dataDirectory, "status"], asPostgres: asRoot)) != nil
         if !running {
             let options = "-k \(socketDirectory) -c listen_addresses='' -p \(port)"
             // The server inherits pg_ctl's output; a pipe would stay open for the server's lifetime, so discard it
             // (the server writes its own log to server.log).
             do {
-                try run(
+                try await run(
                     bin + "/pg_ctl",
                     ["-D", dataDirectory, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options, "start"],
                     asPostgres: asRoot, captureOutput: false)
@@ -65,9 +65,10 @@ public struct EmbeddedPostgres: Sendable {
     }
 
     /// Stops the cluster (fast shutdown: open sessions are ended, committed data is safe).
-    public func stop() {
+    public func stop() async {
         guard let bin = try? EmbeddedPostgres.binaryDirectory() else { return }
-        _ = try? run(bin + "/pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "stop"], asPostgres: getuid() == 0)
+        _ = try? await run(
+            bin + "/pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "stop"], asPostgres: getuid() == 0)
     }
 
     /// The newest `/usr/lib/postgresql/<version>/bin` that has `initdb`.
@@ -85,32 +86,26 @@ public struct EmbeddedPostgres: Sendable {
         return bin
     }
 
+    /// Runs a helper to completion (at most 90 s), as `postgres` when asked; fails with its output.
     @discardableResult
-    private func run(_ executable: String, _ arguments: [String], asPostgres: Bool, captureOutput: Bool = true) throws
-        -> String
+    private func run(_ executable: String, _ arguments: [String], asPostgres: Bool, captureOutput: Bool = true)
+        async throws -> String
     {
-        let process = Process()
-        if asPostgres {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", "postgres", "--", executable] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
+        let (program, argv) =
+            asPostgres
+            ? ("/usr/sbin/runuser", ["-u", "postgres", "--", executable] + arguments) : (executable, arguments)
+        let result: (status: Int32, output: String)
+        do {
+            result = try await ChildProcess.run(program, argv, timeout: .seconds(90), keepOutput: captureOutput)
+        } catch {
+            throw PostgresError(.connectionFailed, message: "\(error)")
         }
-        let pipe = Pipe()
-        process.standardOutput = captureOutput ? pipe : FileHandle.nullDevice
-        process.standardError = captureOutput ? pipe : FileHandle.nullDevice
-        try process.run()
-        let output =
-            captureOutput ? String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) : ""
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
+        guard result.status == 0 else {
             throw PostgresError(
                 .connectionFailed,
                 message:
-                    "\((executable as NSString).lastPathComponent) failed (exit \(process.terminationStatus)): \(output)"
-            )
+                    "\((executable as NSString).lastPathComponent) failed (exit \(result.status)): \(result.output)")
         }
-        return output
+        return result.output
     }
 }

@@ -16,21 +16,24 @@ public struct RegistryServices: Sendable {
 
     /// Wires the services and loads what they need before the first request: the signing keys (the first is made
     /// when there is none) and the FID-hash key.
+    ///
+    /// - Parameter jobTime: where the jobs read the time: the database's clock, or an explicit one.
     public static func make(
         stores: RegistryStores, clock: any Clock, freshness: Freshness = Freshness(),
-        policy: DeletionPolicy = DeletionPolicy(), transport: any DeliveryTransport
+        policy: DeletionPolicy = DeletionPolicy(), transport: any DeliveryTransport,
+        jobTime: JobClock.Source = .database
     ) async throws -> RegistryServices {
         let tokens = TokenIssuer(store: stores.signingKeys, clock: clock)
         try await tokens.reload()
         let fidHasher = FIDHasher(key: try await stores.secrets.secret(named: "fid-hmac"))
         return RegistryServices(
             stores: stores, tokens: tokens, fidHasher: fidHasher, clock: clock, freshness: freshness, policy: policy,
-            transport: transport)
+            transport: transport, jobTime: jobTime)
     }
 
     private init(
         stores: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher, clock: any Clock, freshness: Freshness,
-        policy: DeletionPolicy, transport: any DeliveryTransport
+        policy: DeletionPolicy, transport: any DeliveryTransport, jobTime: JobClock.Source
     ) {
         self.tokens = tokens
         self.clock = clock
@@ -49,6 +52,6 @@ public struct RegistryServices: Sendable {
         jobs = Jobs(
             installations: installations, installationStore: stores.installations, deliveries: stores.deliveries,
             maintenance: stores.maintenance, feed: stores.feed, transport: transport, policy: policy,
-            freshness: freshness, clock: clock)
+            freshness: freshness, time: jobTime, replicaClock: clock)
     }
 }

@@ -66,6 +66,13 @@ struct PostgresMaintenanceStore: MaintenanceStore {
             """)
     }
 
+    func databaseNow() async throws -> Date {
+        guard let row = try await db.query("SELECT now() AS now").first else {
+            throw RegistryError(.internal, "SELECT now() returned no row")
+        }
+        return try row.require("now")
+    }
+
     func gauges(at now: Date) async throws -> RegistryGauges {
         var gauges = RegistryGauges(deletions: [:], oldestUndeliveredSeconds: 0, services: [], jobs: [])
         if let counts = try await db.query(

@@ -14,9 +14,7 @@ enum Admin {
             return 0
         }
         try arguments.allow([])
-        let database = try await Database.open(try Configuration.fromEnvironment())
-        defer { database.close() }
-        let applied = try await database.migrate()
+        let applied = try await Database.with(try Configuration.fromEnvironment()) { try await $0.migrate() }
         printJSON(["applied": .array(applied.map { .int($0) }), "latest": .int(Schema.migrations.last?.version ?? 0)])
         return 0
     }
@@ -26,13 +24,13 @@ enum Admin {
         async throws -> T
     {
         let configuration = try Configuration.fromEnvironment()
-        let database = try await Database.open(configuration)
-        defer { database.close() }
-        try await database.migrate()
-        let app = try await database.application(
-            configuration: configuration, clock: clock, logger: Logger(level: .error))
-        defer { app.services.health.close() }
-        return try await body(app)
+        return try await Database.with(configuration) { database in
+            try await database.migrate()
+            let app = try await database.application(
+                configuration: configuration, clock: clock, logger: Logger(level: .error))
+            defer { app.services.health.close() }
+            return try await body(app)
+        }
     }
 
     static func project(_ arguments: Arguments) async throws -> Int32 {

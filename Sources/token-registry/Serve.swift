@@ -13,33 +13,33 @@ enum Serve {
         try arguments.allow([])
         let configuration = try Configuration.fromEnvironment()
         let logger = Logger(level: configuration.logLevel)
-        let database = try await Database.open(configuration)
-        defer { database.close() }
-        if database.embedded != nil { logger.info("using the embedded PostgreSQL under .data/postgres") }
-        let applied = try await database.migrate()
-        if !applied.isEmpty { logger.info("migrations applied", [("versions", .array(applied.map { .int($0) }))]) }
-        let app = try await database.application(configuration: configuration, logger: logger)
-        try app.start()
-        app.startJobs()
+        try await Database.with(configuration) { database in
+            if database.embedded != nil { logger.info("using the embedded PostgreSQL under .data/postgres") }
+            let applied = try await database.migrate()
+            if !applied.isEmpty { logger.info("migrations applied", [("versions", .array(applied.map { .int($0) }))]) }
+            let app = try await database.application(configuration: configuration, logger: logger)
+            try app.start()
+            app.startJobs()
 
-        let (signals, continuation) = AsyncStream.makeStream(of: Int32.self)
-        let sources = [SIGTERM, SIGINT].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { continuation.yield(number) }
-            source.resume()
-            return source
+            let (signals, continuation) = AsyncStream.makeStream(of: Int32.self)
+            let sources = [SIGTERM, SIGINT].map { number in
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                source.setEventHandler { continuation.yield(number) }
+                source.resume()
+                return source
+            }
+            var received: Int32 = 0
+            for await number in signals {
+                received = number
+                break
+            }
+            // The sources must live until here: released early, they are cancelled and the (ignored) signal is lost.
+            // Cancelling them is a real use, which an optimised build cannot drop the way it drops `_ = sources`.
+            for source in sources { source.cancel() }
+            logger.info("signal received; draining", [("signal", .int(received))])
+            await app.shutdown()
         }
-        var received: Int32 = 0
-        for await number in signals {
-            received = number
-            break
-        }
-        // The sources must live until here: released early, they are cancelled and the (ignored) signal is lost.
-        // Cancelling them is a real use, which an optimised build cannot drop the way it drops `_ = sources`.
-        for source in sources { source.cancel() }
-        logger.info("signal received; draining", [("signal", .int(received))])
-        await app.shutdown()
         return 0
     }
 }

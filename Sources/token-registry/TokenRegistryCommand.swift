@@ -77,8 +77,22 @@ struct Database {
     }
 
     /// Stops the embedded cluster if this process started it.
-    func close() {
-        if startedHere { embedded?.stop() }
+    func close() async {
+        if startedHere { await embedded?.stop() }
+    }
+
+    /// Runs `body` on the database of `configuration`, stopping an embedded cluster this process started
+    /// afterwards, whether `body` succeeds or fails.
+    static func with<T>(_ configuration: Configuration, _ body: (Database) async throws -> T) async throws -> T {
+        let database = try await open(configuration)
+        do {
+            let value = try await body(database)
+            await database.close()
+            return value
+        } catch {
+            await database.close()
+            throw error
+        }
     }
 
     @discardableResult

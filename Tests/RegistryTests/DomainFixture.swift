@@ -28,16 +28,23 @@ struct DomainFixture {
     let optedOut: App
 
     /// Runs `body` on fresh stores of `kind` (a throwaway database for PostgreSQL, dropped afterwards).
-    static func with(_ kind: StoreKind, _ body: (DomainFixture) async throws -> Void) async throws {
+    ///
+    /// - Parameter databaseTime: the jobs read the store's clock (as in production) instead of the fixture's.
+    static func with(_ kind: StoreKind, databaseTime: Bool = false, _ body: (DomainFixture) async throws -> Void)
+        async throws
+    {
         switch kind {
         case .memory:
-            try await body(try await DomainFixture(stores: { InMemoryStores(clock: $0).stores }))
+            try await body(
+                try await DomainFixture(databaseTime: databaseTime, stores: { InMemoryStores(clock: $0).stores }))
         case .postgres:
             let conninfo = try await TestDatabase.create()
             try await Schema.migrator.migrate(conninfo: conninfo)
             let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: 4))
             do {
-                try await body(try await DomainFixture(stores: { _ in PostgresRegistry.stores(pool: pool) }))
+                try await body(
+                    try await DomainFixture(
+                        databaseTime: databaseTime, stores: { _ in PostgresRegistry.stores(pool: pool) }))
             } catch {
                 pool.close()
                 await TestDatabase.drop(conninfo)
@@ -48,10 +55,10 @@ struct DomainFixture {
         }
     }
 
-    private init(stores: (any Clock) -> RegistryStores) async throws {
+    private init(databaseTime: Bool, stores: (any Clock) -> RegistryStores) async throws {
         services = try await RegistryServices.make(
             stores: stores(clock), clock: clock, freshness: Freshness(staleDays: 30, expireDays: 270),
-            transport: transport)
+            transport: transport, jobTime: databaseTime ? .database : .explicit(clock))
         _ = try await services.catalog.createProject(id: project.id, number: project.number)
         web = try await services.catalog.createApp(
             project: project, platform: .web, bundleID: nil, autoInitDefault: true)

@@ -3,6 +3,7 @@ import Foundation
 import JSON
 import Registry
 import Testing
+import TokenRegistryTesting
 
 /// The domain's rules, through its services, on in-memory stores: no database, no sockets.
 @Suite("Domain rules on in-memory stores")
@@ -262,6 +263,34 @@ struct DomainServiceTests {
             #expect(try await f.services.topics.all(project: f.project, fid: i.fid).count == Topic.maxPerInstallation)
             #expect(throws: RegistryError.self) { try TopicService.name("a b", field: "topic") }
             #expect(try TopicService.name("/topics/news", field: "topic") == "news")
+        }
+    }
+}
+
+/// The jobs on the database's clock: a replica whose own clock jumps cannot expire or purge by it.
+@Suite("Jobs on the database's clock", .enabled(if: TestDatabase.isAvailable))
+struct JobClockTests {
+    @Test func aReplicaWhoseClockJumpsDeletesNothingAndSaysWhy() async throws {
+        try await DomainFixture.with(.postgres, databaseTime: true) { f in
+            let live = try await f.installation()
+            f.clock.advance(by: 300 * 86_400)  // this replica now believes it is 300 days later
+            let skew = try #require(try await f.services.jobs.clock.skew())
+            #expect(abs(skew - 300 * 86_400) < 60)
+            let report = try await f.services.jobs.run()
+            #expect(report.skipped.keys.sorted() == ["expire", "purge"])
+            #expect(report.processed["expire"] == nil && report.processed["deliver"] == 0)
+            // Even asked directly, expiry measures idleness on the database's clock: the installation is live.
+            #expect(try await f.services.jobs.expireIdle() == 0)
+            #expect(try await f.services.installations.find(project: f.project, fid: live.fid) != nil)
+        }
+    }
+
+    @Test func inStepTheJobsRunAndTakeTheDatabasesTime() async throws {
+        try await DomainFixture.with(.postgres, databaseTime: true) { f in
+            let report = try await f.services.jobs.run()
+            #expect(report.skipped.isEmpty && abs(report.clockSkewSeconds ?? 99) < 60)
+            let now = try await f.services.jobs.clock.now()
+            #expect(abs(now.timeIntervalSinceNow) < 60)
         }
     }
 }

@@ -44,6 +44,7 @@ struct OpsController: Sendable {
             inUse: connections.inUse, idle: connections.idle, waiting: connections.waiting)
         // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
         if let gauges = try? await jobs.gauges() { extra += PrometheusText.registryGauges(gauges) }
+        if let skew = try? await jobs.clock.skew() { extra += PrometheusText.clockSkew(skew) }
         return HTTPResponse(
             status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render(extra: extra))
     }

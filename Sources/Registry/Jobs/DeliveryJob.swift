@@ -7,7 +7,7 @@ public struct DeliveryJob: Sendable {
     let store: any DeliveryStore
     let transport: any DeliveryTransport
     let policy: DeletionPolicy
-    let clock: any Clock
+    let clock: JobClock
     /// Notices in flight at once.
     static let parallelism = 16
 
@@ -15,7 +15,7 @@ public struct DeliveryJob: Sendable {
     ///
     /// - Returns: how many were attempted.
     public func run(batch: Int = 50) async throws -> Int {
-        let now = clock.now()
+        let now = try await clock.now()
         let claimed = try await store.claimDue(at: now, leaseUntil: now.addingTimeInterval(policy.lease), limit: batch)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (index, item) in claimed.enumerated() {
@@ -48,7 +48,7 @@ public struct DeliveryJob: Sendable {
             ("Registry-Delivery", item.deliveryID),
         ]
         let response = await transport.post(endpoint: item.endpoint, body: body, headers: headers)
-        let now = clock.now()
+        let now = try await clock.now()
         let outcome: DeliveryOutcome
         switch response {
         case .status(202): outcome = .accepted

@@ -6,11 +6,11 @@ public struct ExpiryJob: Sendable {
     let installations: InstallationService
     let store: any InstallationStore
     let policy: DeletionPolicy
-    let clock: any Clock
+    let clock: JobClock
 
     /// - Returns: the installations deleted.
     public func run(batch: Int = 500) async throws -> Int {
-        let cutoff = clock.now().addingTimeInterval(-policy.expireAfter)
+        let cutoff = try await clock.now().addingTimeInterval(-policy.expireAfter)
         var count = 0
         for idle in try await store.idle(before: cutoff, limit: batch) {
             if try await installations.delete(
@@ -28,11 +28,11 @@ public struct ExpiryJob: Sendable {
 public struct RegistrationExpiryJob: Sendable {
     let store: any MaintenanceStore
     let freshness: Freshness
-    let clock: any Clock
+    let clock: JobClock
 
     /// - Returns: the registrations reported.
     public func run(batch: Int = 1000) async throws -> Int {
         try await store.reportExpiredRegistrations(
-            before: clock.now().addingTimeInterval(-freshness.expireAfter), limit: batch)
+            before: try await clock.now().addingTimeInterval(-freshness.expireAfter), limit: batch)
     }
 }

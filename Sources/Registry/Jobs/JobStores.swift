@@ -136,5 +136,7 @@ public protocol MaintenanceStore: Sendable {
     /// Reports each registration last refreshed before `cutoff` once, as `registration.expired`.
     func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int
     func recordRun(job: String, at: Date, durationSeconds: Double, processed: Int) async throws
+    /// The store's own clock (PostgreSQL's `now()`), which every replica shares.
+    func databaseNow() async throws -> Date
     func gauges(at now: Date) async throws -> RegistryGauges
 }

@@ -5,11 +5,11 @@ import Foundation
 public struct PurgeJob: Sendable {
     let store: any MaintenanceStore
     let policy: DeletionPolicy
-    let clock: any Clock
+    let clock: JobClock
 
     /// - Returns: the deletion records removed.
     public func run() async throws -> Int {
-        let now = clock.now()
+        let now = try await clock.now()
         return try await store.purge(
             at: now, completedBefore: now.addingTimeInterval(-policy.auditPeriod),
             eventsBefore: now.addingTimeInterval(-policy.eventRetention))

@@ -160,6 +160,8 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
         jobRuns[job] = RegistryGauges.JobRun(job: job, lastRun: at, durationSeconds: durationSeconds)
     }
 
+    public func databaseNow() async throws -> Date { clock.now() }
+
     public func gauges(at now: Date) async throws -> RegistryGauges {
         let records = deletions.values.map(record)
         var counts: [ReceiptState: Int] = [:]
