@@ -116,6 +116,53 @@ struct PostgresTests {
         }
     }
 
+    @Test func aCancelledWaiterLeavesNoWaiterAndLeaksNoConnection() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 1, acquireTimeout: .seconds(30)))
+            async let slow: PostgresRows = pool.query("SELECT pg_sleep(0.3)")
+            try await Task.sleep(for: .milliseconds(50))
+            let waiter = Task { try await pool.query("SELECT 1") }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(pool.statistics.waiting == 1)
+            waiter.cancel()
+            await #expect(throws: CancellationError.self) { _ = try await waiter.value }
+            #expect(pool.statistics.waiting == 0)
+            _ = try await slow
+            #expect(pool.statistics.inUse == 0 && pool.statistics.idle == 1)
+            #expect(try await pool.query("SELECT 1 AS one").count == 1)
+        }
+    }
+
+    @Test func aStatementTimeoutEndsASlowStatement() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 1, statementTimeout: .milliseconds(100)))
+            let started = ContinuousClock.now
+            do {
+                try await pool.query("SELECT pg_sleep(5)")
+                Issue.record("expected the statement timeout")
+            } catch let error as PostgresError {
+                #expect(error.sqlState == "57014")
+            }
+            #expect(ContinuousClock.now - started < .seconds(2))
+            #expect(try await pool.query("SELECT 1 AS one").count == 1)
+        }
+    }
+
+    @Test func aClosedPoolRefusesAndItsWaitersFail() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 1, acquireTimeout: .seconds(30)))
+            async let slow: PostgresRows = pool.query("SELECT pg_sleep(0.3)")
+            try await Task.sleep(for: .milliseconds(50))
+            let waiter = Task { try await pool.query("SELECT 1") }
+            try await Task.sleep(for: .milliseconds(50))
+            pool.close()
+            await #expect(throws: PostgresError.self) { _ = try await waiter.value }
+            await #expect(throws: PostgresError.self) { try await pool.query("SELECT 1") }
+            _ = try await slow
+            #expect(pool.statistics.inUse == 0 && pool.statistics.idle == 0)
+        }
+    }
+
     @Test func reconnectsAfterTheServerDropsTheConnection() async throws {
         try await withDatabase { url in
             let pool = PostgresPool(.init(conninfo: url, maxConnections: 1))
