@@ -55,7 +55,7 @@ public final class Application: Sendable {
 
     private static func makeRoutes(configuration: Configuration, services s: RegistryServices) -> Routes {
         var routes = Routes()
-        let auth = Authenticator(catalog: s.catalog, installations: s.installations)
+        let auth = Authenticator(catalog: s.catalog, installations: s.installations, serviceAccounts: s.serviceAccounts)
         let limits = InstallationsController.CreateLimits(
             perKey: RateLimiter(
                 ratePerSecond: configuration.createRatePerKey, burst: configuration.createRatePerKey * 2),
@@ -74,6 +74,7 @@ public final class Application: Sendable {
         )
         .register(&routes)
         DeletionsController(auth: auth, deletions: s.deletions, feed: s.feed).register(&routes)
+        TokenController(serviceAccounts: s.serviceAccounts).register(&routes)
         return routes
     }
 

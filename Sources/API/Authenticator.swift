@@ -1,18 +1,22 @@
 import HTTP
 import Registry
 
-/// Who is calling, for each of the four principals (ARCHITECTURE.md): an app (API key), an installation with its
+/// Who is calling, for each of the principals (docs/architecture.md): an app (API key), an installation with its
 /// refresh token (`FIS_v2`), an installation with its auth token (`x-goog-firebase-installations-auth`), or an
-/// app backend (`Authorization: Bearer <server key>`). Every check also binds the caller to the path's project.
+/// app backend (`Authorization: Bearer <server key>`, or the access token a service account got at `POST /token`).
+/// Every check also binds the caller to the path's project.
 public struct Authenticator: Sendable {
     let catalog: Catalog
     let installations: InstallationService
+    let serviceAccounts: ServiceAccountService
 
-    /// The project named in the path, by ID or number.
+    /// The project named in the path, by ID or number; an unknown one is refused with 403.
     public func project(_ context: RequestContext) async throws -> Project {
         let reference = context.parameter("project")
+        // 403, not 404: every Firebase SDK takes a 404 on generate-auth-token to mean "FID gone" and discards the
+        // device's FID; a configuration error must never do that (Firebase answers 403 for a key that does not fit).
         guard let project = try await catalog.project(reference) else {
-            throw APIError.notFound("project \(reference.prefix(64)) not found")
+            throw APIError.permissionDenied("project \(reference.prefix(64)) not found, or not accessible")
         }
         return project
     }
@@ -52,10 +56,16 @@ public struct Authenticator: Sendable {
         return nil
     }
 
-    /// The project whose server key came with the request (IID routes name no project), or nil.
+    /// The project a server credential (server key or service-account access token) belongs to, or nil.
+    func credentialProject(_ credential: String) async throws -> String? {
+        if let project = serviceAccounts.project(ofAccessToken: credential) { return project }
+        return try await catalog.projectID(serverKey: credential)
+    }
+
+    /// The project whose server credential came with the request (IID routes name no project), or nil.
     public func serverKeyProject(_ context: RequestContext) async throws -> Project? {
         guard let key = Authenticator.serverKey(context, allowLegacy: true),
-            let projectID = try await catalog.projectID(serverKey: key)
+            let projectID = try await credentialProject(key)
         else { return nil }
         return try await catalog.project(projectID)
     }
@@ -65,7 +75,7 @@ public struct Authenticator: Sendable {
         guard let key = Authenticator.serverKey(context) else {
             throw APIError.unauthenticated("a server key is required (Authorization: Bearer <server key>)")
         }
-        guard let owner = try await catalog.projectID(serverKey: key) else {
+        guard let owner = try await credentialProject(key) else {
             throw APIError.unauthenticated("the server key is not valid")
         }
         guard owner == project.id else {

@@ -7,7 +7,7 @@ public typealias RouteHandler = @Sendable (RequestContext) async throws -> HTTPR
 public struct Routes: Sendable {
     public private(set) var router = Router<RouteHandler>()
 
-    public mutating func add(_ method: String, _ template: String, _ handler: @escaping RouteHandler) {
-        router.add(method, template, handler)
+    public mutating func add(_ method: HTTPMethod, _ template: String, _ handler: @escaping RouteHandler) {
+        router.add(method.rawValue, template, handler)
     }
 }

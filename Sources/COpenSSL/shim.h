@@ -88,4 +88,16 @@ static inline int shim_ecdsa_raw_to_der(const unsigned char *raw64, unsigned cha
     ECDSA_SIG_free(sig);
     return len;
 }
+/// Generates an RSA key pair of `bits`, or NULL.
+static inline EVP_PKEY *shim_rsa_generate(unsigned int bits) {
+    EVP_PKEY *key = NULL;
+    EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_RSA, NULL);
+    if (!ctx) return NULL;
+    if (EVP_PKEY_keygen_init(ctx) <= 0 || EVP_PKEY_CTX_set_rsa_keygen_bits(ctx, (int)bits) <= 0 ||
+        EVP_PKEY_keygen(ctx, &key) <= 0) {
+        key = NULL;
+    }
+    EVP_PKEY_CTX_free(ctx);
+    return key;
+}
 #endif

@@ -15,6 +15,12 @@ enum ContentDecoding {
         guard codings.count == 1, codings[0] == "gzip" || codings[0] == "x-gzip" else {
             throw HTTPParseError(415, "unsupported Content-Encoding; only gzip is accepted")
         }
+        // An empty body with a content coding is an empty body (Android sends `Content-Encoding: gzip` on its
+        // body-less DELETE).
+        guard !body.isEmpty else {
+            headers.replaceOrAdd(name: "content-encoding", value: "identity")
+            return body
+        }
         let inflated = try gunzip(body, limit: limit)
         headers.replaceOrAdd(name: "content-encoding", value: "identity")
         return inflated

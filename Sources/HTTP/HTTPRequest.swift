@@ -40,9 +40,18 @@ public struct HTTPRequest: Sendable {
         return ""
     }
 
-    /// Query parameters in order, percent-decoded (`+` as a space); nil for a parameter that does not decode.
-    public var queryItems: [(name: String, value: String)] {
-        rawQuery.split(separator: "&", omittingEmptySubsequences: true).compactMap { pair in
+    /// Query parameters in order, percent-decoded (`+` as a space); a parameter that does not decode is left out.
+    public var queryItems: [(name: String, value: String)] { HTTPRequest.formItems(rawQuery) }
+
+    /// The body's `application/x-www-form-urlencoded` pairs in order; nil when the body is not UTF-8.
+    public var formItems: [(name: String, value: String)]? {
+        guard let text = String(validating: body, as: UTF8.self) else { return nil }
+        return HTTPRequest.formItems(Substring(text))
+    }
+
+    /// `name=value&…` pairs, percent-decoded (`+` as a space), as queries and form bodies carry them.
+    public static func formItems(_ text: Substring) -> [(name: String, value: String)] {
+        text.split(separator: "&", omittingEmptySubsequences: true).compactMap { pair in
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             let rawName = parts[0].replacingOccurrences(of: "+", with: " ")
             let rawValue = parts.count > 1 ? parts[1].replacingOccurrences(of: "+", with: " ") : ""

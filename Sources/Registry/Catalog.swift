@@ -21,9 +21,12 @@ public struct App: Sendable, Equatable {
     public let bundleID: String?
     public let apiKey: String
     public let autoInitDefault: Bool
+    /// The web origins (`https://a.example`) browsers may call from for this app; empty: any origin.
+    public let webOrigins: [String]
 
     public init(
-        id: String, projectID: String, platform: Platform, bundleID: String?, apiKey: String, autoInitDefault: Bool
+        id: String, projectID: String, platform: Platform, bundleID: String?, apiKey: String, autoInitDefault: Bool,
+        webOrigins: [String] = []
     ) {
         self.id = id
         self.projectID = projectID
@@ -31,7 +34,11 @@ public struct App: Sendable, Equatable {
         self.bundleID = bundleID
         self.apiKey = apiKey
         self.autoInitDefault = autoInitDefault
+        self.webOrigins = webOrigins
     }
+
+    /// Whether a browser page of `origin` may call the SDK routes for this app.
+    public func allows(origin: String) -> Bool { webOrigins.isEmpty || webOrigins.contains(origin.lowercased()) }
 }
 
 /// Storage of projects, apps and server keys.
@@ -81,17 +88,48 @@ public final class Catalog: Sendable {
         return key
     }
 
-    public func createApp(project: Project, platform: Platform, bundleID: String?, autoInitDefault: Bool) async throws
-        -> App
-    {
+    /// Registers an app. `appID` and `apiKey`, when given, are the identifiers the app's Firebase configuration
+    /// (`GoogleService-Info.plist`, `google-services.json`, the web config) already carries, so it needs no change.
+    ///
+    /// - Throws: `.invalidArgument` naming the option at fault; `.alreadyExists` for an app ID or API key in use.
+    public func createApp(
+        project: Project, platform: Platform, bundleID: String?, autoInitDefault: Bool, appID: String? = nil,
+        apiKey: String? = nil, webOrigins: [String] = []
+    ) async throws -> App {
         if let bundleID, bundleID.isEmpty || !Identifiers.isPlainText(bundleID, limit: 255) || bundleID.contains(" ") {
             throw RegistryError.invalid("bundle-id", "must be 1-255 printable characters without spaces")
         }
+        if let appID {
+            let parts = appID.split(separator: ":")
+            guard Identifiers.isValidAppID(appID), parts.count == 4, parts[1] == String(project.number),
+                parts[2] == platform.rawValue
+            else {
+                throw RegistryError.invalid(
+                    "app-id",
+                    "must be 1:\(project.number):\(platform.rawValue):<hex>, the project's number and platform")
+            }
+        }
+        if let apiKey, !Identifiers.isValidAPIKey(apiKey) {
+            throw RegistryError.invalid("api-key", "must be 39 characters of A-Z a-z 0-9 - _ starting with A (AIza…)")
+        }
+        let origins = try webOrigins.map { origin -> String in
+            guard let normalised = Identifiers.webOrigin(origin) else {
+                throw RegistryError.invalid(
+                    "web-origin",
+                    "\(origin.prefix(64)) is not an origin such as https://app.example or http://localhost:5173")
+            }
+            return normalised
+        }
         let app = App(
-            id: try Identifiers.newAppID(projectNumber: project.number, platform: platform), projectID: project.id,
-            platform: platform, bundleID: bundleID, apiKey: try Identifiers.newAPIKey(),
-            autoInitDefault: autoInitDefault)
-        try await store.insertApp(app)
+            id: try appID ?? Identifiers.newAppID(projectNumber: project.number, platform: platform),
+            projectID: project.id, platform: platform, bundleID: bundleID,
+            apiKey: try apiKey ?? Identifiers.newAPIKey(),
+            autoInitDefault: autoInitDefault, webOrigins: origins)
+        do {
+            try await store.insertApp(app)
+        } catch let error as RegistryError where error.kind == .alreadyExists {
+            throw RegistryError(.alreadyExists, "an app with this app ID or API key already exists")
+        }
         return app
     }
 

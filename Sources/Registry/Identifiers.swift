@@ -55,6 +55,26 @@ public enum Identifiers {
             && (1...64).contains(parts[3].count) && parts[3].utf8.allSatisfy(isBase64URLChar)
     }
 
+    /// A browser origin, lower-cased: `http(s)://host[:port]`, no path, query or user part.
+    public static func webOrigin(_ text: String) -> String? {
+        let lowered = text.lowercased()
+        let rest: Substring
+        if lowered.hasPrefix("https://") {
+            rest = lowered.dropFirst(8)
+        } else if lowered.hasPrefix("http://") {
+            rest = lowered.dropFirst(7)
+        } else {
+            return nil
+        }
+        guard (1...253).contains(rest.count) else { return nil }
+        let parts = rest.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count <= 2, let host = parts.first, !host.isEmpty,
+            host.utf8.allSatisfy({ isBase64URLChar($0) || $0 == UInt8(ascii: ".") }),
+            parts.count == 1 || (UInt16(parts[1]).map { $0 > 0 } ?? false)
+        else { return nil }
+        return lowered
+    }
+
     static func isBase64URLChar(_ c: UInt8) -> Bool {
         (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) || c == UInt8(ascii: "-")
             || c == UInt8(ascii: "_")

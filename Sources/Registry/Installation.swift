@@ -40,6 +40,8 @@ public protocol InstallationStore: Sendable {
     ///   not delete one that came back since it was picked).
     /// - Returns: false when there was no such installation (or it was not idle).
     func delete(_ request: DeletionRequest) async throws -> Bool
+    /// The FIDs among `fids` that are live installations of the project (one query for a batch).
+    func existing(projectID: String, fids: [String]) async throws -> Set<String>
     /// True when this FID was deleted before (it is never handed out again).
     func isRetired(projectID: String, fidHash: [UInt8]) async throws -> Bool
     /// Installations last seen before `cutoff`, oldest first, at most `limit`.

@@ -112,6 +112,11 @@ public struct InstallationService: Sendable {
                 requestedAt: now, deadline: now.addingTimeInterval(DeletionReason.deadline), idleBefore: idleBefore))
     }
 
+    /// The FIDs among `fids` that are live installations of the project.
+    public func existing(project: Project, fids: [String]) async throws -> Set<String> {
+        try await store.existing(projectID: project.id, fids: fids.filter(Identifiers.isValidFID))
+    }
+
     /// True when the FID was deleted before.
     public func wasDeleted(project: Project, fid: String) async throws -> Bool {
         try await store.isRetired(projectID: project.id, fidHash: fidHasher.hash(projectID: project.id, fid: fid))

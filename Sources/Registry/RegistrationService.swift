@@ -90,6 +90,18 @@ public struct RegistrationService: Sendable {
         return try await store.fids(projectID: project.id, tokens: Array(valid))
     }
 
+    /// The installation of each registration token or FID in a batch (FID-mode clients hand apps their FID, so
+    /// every route that takes a token takes an FID too); two look-ups for the whole batch. Inputs that name no live
+    /// installation are absent.
+    public func installationFIDs(project: Project, tokensOrFIDs: [String]) async throws -> [String: String] {
+        var resolved = try await fids(project: project, tokens: tokensOrFIDs)
+        let unresolved = tokensOrFIDs.filter { resolved[$0] == nil && Identifiers.isValidFID($0) }
+        for fid in try await installations.existing(project: project, fids: Array(Set(unresolved))) {
+            resolved[fid] = fid
+        }
+        return resolved
+    }
+
     public func delete(project: Project, fid: String) async throws -> Bool {
         try await store.delete(projectID: project.id, fid: fid)
     }

@@ -10,6 +10,7 @@ public struct RegistryServices: Sendable {
     public let targeting: TargetingService
     public let deletions: DeletionService
     public let feed: ChangeFeed
+    public let serviceAccounts: ServiceAccountService
     public let jobs: Jobs
     public let health: any StoreHealth
     public let clock: any Clock
@@ -26,16 +27,21 @@ public struct RegistryServices: Sendable {
         let tokens = TokenIssuer(store: stores.signingKeys, clock: clock)
         try await tokens.reload()
         let fidHasher = FIDHasher(key: try await stores.secrets.secret(named: "fid-hmac"))
+        let serviceAccounts = ServiceAccountService(
+            store: stores.serviceAccounts, clock: clock,
+            tokenKey: try await stores.secrets.secret(named: "access-token-hmac"))
         return RegistryServices(
-            stores: stores, tokens: tokens, fidHasher: fidHasher, clock: clock, freshness: freshness, policy: policy,
-            transport: transport, jobTime: jobTime)
+            stores: stores, tokens: tokens, fidHasher: fidHasher, serviceAccounts: serviceAccounts, clock: clock,
+            freshness: freshness, policy: policy, transport: transport, jobTime: jobTime)
     }
 
     private init(
-        stores: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher, clock: any Clock, freshness: Freshness,
+        stores: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher, serviceAccounts: ServiceAccountService,
+        clock: any Clock, freshness: Freshness,
         policy: DeletionPolicy, transport: any DeliveryTransport, jobTime: JobClock.Source
     ) {
         self.tokens = tokens
+        self.serviceAccounts = serviceAccounts
         self.clock = clock
         health = stores.health
         catalog = Catalog(store: stores.catalog)

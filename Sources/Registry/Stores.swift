@@ -13,6 +13,7 @@ public struct RegistryStores: Sendable {
     public var feed: any ChangeFeedStore
     public var signingKeys: any SigningKeyStore
     public var secrets: any SecretStore
+    public var serviceAccounts: any ServiceAccountStore
     public var health: any StoreHealth
 
     public init(
@@ -20,7 +21,7 @@ public struct RegistryStores: Sendable {
         registrations: any RegistrationStore, topics: any TopicStore, targeting: any TargetingStore,
         deletions: any DeletionStore, deliveries: any DeliveryStore, maintenance: any MaintenanceStore,
         feed: any ChangeFeedStore, signingKeys: any SigningKeyStore, secrets: any SecretStore,
-        health: any StoreHealth
+        serviceAccounts: any ServiceAccountStore, health: any StoreHealth
     ) {
         self.catalog = catalog
         self.installations = installations
@@ -34,6 +35,7 @@ public struct RegistryStores: Sendable {
         self.feed = feed
         self.signingKeys = signingKeys
         self.secrets = secrets
+        self.serviceAccounts = serviceAccounts
         self.health = health
     }
 }

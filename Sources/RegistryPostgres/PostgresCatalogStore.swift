@@ -23,8 +23,9 @@ struct PostgresCatalogStore: CatalogStore {
     func insertApp(_ app: App) async throws {
         try await db.query(
             """
-            INSERT INTO apps (app_id, project_id, platform, bundle_id, api_key, auto_init_default)
-            VALUES (\(app.id), \(app.projectID), \(app.platform.rawValue), \(app.bundleID), \(app.apiKey), \(app.autoInitDefault))
+            INSERT INTO apps (app_id, project_id, platform, bundle_id, api_key, auto_init_default, web_origins)
+            VALUES (\(app.id), \(app.projectID), \(app.platform.rawValue), \(app.bundleID), \(app.apiKey), \(app.autoInitDefault),
+                \(app.webOrigins.joined(separator: " ")))
             """)
     }
 
@@ -65,6 +66,7 @@ struct PostgresCatalogStore: CatalogStore {
         return App(
             id: try row.require("app_id"), projectID: try row.require("project_id"),
             platform: try row.require("platform", as: Platform.self), bundleID: try row.decode("bundle_id"),
-            apiKey: try row.require("api_key"), autoInitDefault: try row.require("auto_init_default"))
+            apiKey: try row.require("api_key"), autoInitDefault: try row.require("auto_init_default"),
+            webOrigins: (try row.require("web_origins", as: String.self)).split(separator: " ").map(String.init))
     }
 }

@@ -111,6 +111,16 @@ struct PostgresInstallationStore: InstallationStore {
         }
     }
 
+    func existing(projectID: String, fids: [String]) async throws -> Set<String> {
+        guard !fids.isEmpty else { return [] }
+        return Set(
+            try await db.query(
+                """
+                SELECT fid FROM installations WHERE project_id = \(projectID) AND fid = ANY(\(TextArray(fids))::text[])
+                """
+            ).map { try $0.require("fid", as: String.self) })
+    }
+
     func isRetired(projectID: String, fidHash: [UInt8]) async throws -> Bool {
         !(try await db.query(
             "SELECT 1 FROM retired_fids WHERE project_id = \(projectID) AND fid_hmac = \(ByteA(fidHash))"

@@ -15,6 +15,12 @@ public enum Schema {
         Migration(
             version: 5, name: "fid_retirement",
             sql: String(decoding: PackageResources.m005_fid_retirement_sql, as: UTF8.self)),
+        Migration(
+            version: 6, name: "app_identities",
+            sql: String(decoding: PackageResources.m006_app_identities_sql, as: UTF8.self)),
+        Migration(
+            version: 7, name: "service_accounts",
+            sql: String(decoding: PackageResources.m007_service_accounts_sql, as: UTF8.self)),
     ]
 
     public static var migrator: Migrator { Migrator(migrations: migrations) }

@@ -54,12 +54,21 @@ enum Admin {
     static func app(_ arguments: Arguments) async throws -> Int32 {
         guard arguments.words.first == "create", !arguments.wantsHelp else {
             print(
-                "token-registry app create --project <id|number> --platform ios|android|web [--bundle-id <id>] "
-                    + "[--auto-init-default true|false]\n  Creates an app and prints {\"appId\",\"apiKey\",…}. "
-                    + "--auto-init-default false makes new installations start opted out of messaging.")
+                """
+                token-registry app create --project <id|number> --platform ios|android|web [--bundle-id <id>]
+                                          [--auto-init-default true|false] [--app-id <1:number:platform:hex>]
+                                          [--api-key <AIza…>] [--web-origin <https://a.example>]…
+                  Creates an app and prints {"appId","apiKey",…}.
+                  --auto-init-default false  new installations start opted out of messaging.
+                  --app-id, --api-key        register the app under the identifiers its Firebase configuration
+                                             (GoogleService-Info.plist, google-services.json, web config) already carries.
+                  --web-origin               an origin browsers may call from (repeatable); default: any origin.
+                """)
             return arguments.wantsHelp ? 0 : 2
         }
-        try arguments.allow(["project", "platform", "bundle-id", "auto-init-default"])
+        try arguments.allow([
+            "project", "platform", "bundle-id", "auto-init-default", "app-id", "api-key", "web-origin",
+        ])
         let reference = try arguments.required("project")
         guard let platform = Platform(rawValue: try arguments.required("platform")) else {
             throw CLIError("--platform must be ios, android or web")
@@ -75,10 +84,12 @@ enum Admin {
             }
             let created = try await app.catalog.createApp(
                 project: project, platform: platform, bundleID: arguments.options["bundle-id"],
-                autoInitDefault: autoInit)
+                autoInitDefault: autoInit, appID: arguments.options["app-id"], apiKey: arguments.options["api-key"],
+                webOrigins: arguments.repeated["web-origin"] ?? [])
             printJSON([
                 "appId": .string(created.id), "apiKey": .string(created.apiKey), "projectId": .string(project.id),
                 "platform": .string(platform.rawValue), "autoInitDefault": .bool(autoInit),
+                "webOrigins": .array(created.webOrigins.map { .string($0) }),
             ])
             return 0
         }
@@ -121,6 +132,34 @@ extension Admin {
         return try await withApplication(clock: clock) { app in
             let done = try await app.jobs.runAll()
             printJSON(.object(done.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) }))
+            return 0
+        }
+    }
+}
+
+extension Admin {
+    /// `serviceaccount create --project P [--base-url URL]`: prints a service-account credential file.
+    static func serviceAccount(_ arguments: Arguments) async throws -> Int32 {
+        guard arguments.words.first == "create", !arguments.wantsHelp else {
+            print(
+                """
+                token-registry serviceaccount create --project <id|number> [--base-url <URL>]
+                  Prints a service-account credential file (JSON) for the project: the admin SDKs load it as they load
+                  Google's (GOOGLE_APPLICATION_CREDENTIALS, credentials.Certificate, cert()), and exchange it at
+                  <base-url>/token for an hour-long access token. The private key is printed once and not kept.
+                  --base-url  where the SDKs reach this service (default http://127.0.0.1:$PORT, PORT default 8080).
+                """)
+            return arguments.wantsHelp ? 0 : 2
+        }
+        try arguments.allow(["project", "base-url"])
+        let reference = try arguments.required("project")
+        let port = ProcessInfo.processInfo.environment["PORT"] ?? "8080"
+        let base = arguments.options["base-url"] ?? "http://127.0.0.1:\(port)"
+        return try await withApplication { app in
+            guard let project = try await app.catalog.project(reference) else {
+                throw CLIError("no project \(reference)")
+            }
+            printJSON(try await app.services.serviceAccounts.create(project: project, baseURL: base))
             return 0
         }
     }

@@ -1,7 +1,10 @@
 /// Parsed `--name value` options and positional words of one command.
 struct Arguments {
     var words: [String] = []
+    /// The last value of each option.
     var options: [String: String] = [:]
+    /// Every value of each option, in order (for options that may repeat, such as `--web-origin`).
+    var repeated: [String: [String]] = [:]
     var flags: Set<String> = []
 
     /// Options that take no value.
@@ -14,13 +17,13 @@ struct Arguments {
             if arg.hasPrefix("--") || arg == "-h" {
                 var name = String(arg.drop(while: { $0 == "-" }))
                 if let eq = name.firstIndex(of: "=") {
-                    options[String(name[..<eq])] = String(name[name.index(after: eq)...])
+                    set(String(name[..<eq]), String(name[name.index(after: eq)...]))
                     name = ""
                 } else if Arguments.booleanFlags.contains(name) {
                     flags.insert(name == "h" ? "help" : name)
                 } else {
                     guard i + 1 < raw.count else { throw CLIError("option --\(name) needs a value") }
-                    options[name] = raw[i + 1]
+                    set(name, raw[i + 1])
                     i += 1
                 }
             } else {
@@ -28,6 +31,11 @@ struct Arguments {
             }
             i += 1
         }
+    }
+
+    private mutating func set(_ name: String, _ value: String) {
+        options[name] = value
+        repeated[name, default: []].append(value)
     }
 
     var wantsHelp: Bool { flags.contains("help") }

@@ -18,7 +18,10 @@ enum TokenRegistryCommand {
           token-registry project create --id <projectId> --number <projectNumber>
           token-registry app create --project <id|number> --platform ios|android|web
                                     [--bundle-id <id>] [--auto-init-default true|false]
+                                    [--app-id <id>] [--api-key <key>] [--web-origin <origin>]…
           token-registry keys rotate           add a new auth-token signing key (old keys keep verifying)
+          token-registry serviceaccount create --project <id|number> [--base-url <URL>]
+                                               print a service-account credential file for the admin SDKs
           token-registry jobs run [--now <RFC 3339 time>]
                                                run each background job once (deliver, purge, expire, relay)
           token-registry version
@@ -45,6 +48,7 @@ enum TokenRegistryCommand {
             case "app": return try await Admin.app(try Arguments(rest))
             case "keys": return try await Admin.keys(try Arguments(rest))
             case "jobs": return try await Admin.jobs(try Arguments(rest))
+            case "serviceaccount": return try await Admin.serviceAccount(try Arguments(rest))
             default: throw CLIError("unknown command '\(command)'; see token-registry --help")
             }
         } catch let error as CLIError {

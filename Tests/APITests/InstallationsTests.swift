@@ -261,7 +261,7 @@ struct InstallationsTests {
                 try await s.request(
                     "POST", "/v1/projects/no-such-project/installations", headers: ["x-goog-api-key": s.web.apiKey],
                     json: body
-                ).status == 404)
+                ).status == 403)
         }
     }
 

@@ -10,14 +10,14 @@ struct DeletionsController: Sendable {
     let feed: ChangeFeed
 
     func register(_ routes: inout Routes) {
-        routes.add("POST", "/v1/projects/{project}/linkedServices", createService)
-        routes.add("GET", "/v1/projects/{project}/linkedServices", listServices)
-        routes.add("GET", "/v1/projects/{project}/linkedServices/{name}", getService)
-        routes.add("DELETE", "/v1/projects/{project}/linkedServices/{name}", deleteService)
-        routes.add("GET", "/v1/projects/{project}/deletions", listDeletions)
-        routes.add("GET", "/v1/projects/{project}/deletions/{fid}", getDeletion)
-        routes.add("POST", "/v1/projects/{project}/deletions/{fid}/acks/{name}", acknowledge)
-        routes.add("GET", "/v1/projects/{project}/events", events)
+        routes.add(.POST, "/v1/projects/{project}/linkedServices", createService)
+        routes.add(.GET, "/v1/projects/{project}/linkedServices", listServices)
+        routes.add(.GET, "/v1/projects/{project}/linkedServices/{name}", getService)
+        routes.add(.DELETE, "/v1/projects/{project}/linkedServices/{name}", deleteService)
+        routes.add(.GET, "/v1/projects/{project}/deletions", listDeletions)
+        routes.add(.GET, "/v1/projects/{project}/deletions/{fid}", getDeletion)
+        routes.add(.POST, "/v1/projects/{project}/deletions/{fid}/acks/{name}", acknowledge)
+        routes.add(.GET, "/v1/projects/{project}/events", events)
     }
 
     private func project(_ context: RequestContext) async throws -> Project {

@@ -17,12 +17,12 @@ struct IIDController: Sendable {
     static let maxImport = 100
 
     func register(_ routes: inout Routes) {
-        routes.add("POST", "/iid/v1:batchAdd", batchAdd)
-        routes.add("POST", "/iid/v1:batchRemove", batchRemove)
-        routes.add("POST", "/iid/v1:batchImport", batchImport)
-        routes.add("POST", "/iid/v1/{token}/rel/topics/{topic}", addRelation)
-        routes.add("DELETE", "/iid/v1/{token}/rel/topics/{topic}", removeRelation)
-        routes.add("GET", "/iid/info/{token}", info)
+        routes.add(.POST, "/iid/v1:batchAdd", batchAdd)
+        routes.add(.POST, "/iid/v1:batchRemove", batchRemove)
+        routes.add(.POST, "/iid/v1:batchImport", batchImport)
+        routes.add(.POST, "/iid/v1/{token}/rel/topics/{topic}", addRelation)
+        routes.add(.DELETE, "/iid/v1/{token}/rel/topics/{topic}", removeRelation)
+        routes.add(.GET, "/iid/info/{token}", info)
     }
 
     static func error(_ status: Int, _ code: String) -> HTTPResponse { .json(["error": .string(code)], status: status) }
@@ -67,10 +67,11 @@ struct IIDController: Sendable {
         return (topic, tokens)
     }
 
-    /// Maps each input token to its installation, or to the per-token error; results stay in input order.
-    /// One query for the whole batch.
+    /// Maps each input token (or FID) to its installation, or to the per-token error; results stay in input order.
+    /// Two queries for the whole batch.
     private func resolve(_ tokens: [JSONValue], project: Project) async throws -> [Result<String, IIDFailure>] {
-        let fids = try await registrations.fids(project: project, tokens: tokens.compactMap { $0.stringValue })
+        let fids = try await registrations.installationFIDs(
+            project: project, tokensOrFIDs: tokens.compactMap { $0.stringValue })
         return tokens.map { value in
             guard let token = value.stringValue, RegistrationToken.isValid(token) else {
                 return .failure(IIDFailure(code: "INVALID_ARGUMENT"))
@@ -115,12 +116,10 @@ struct IIDController: Sendable {
         let topic = try TopicService.name(context.parameter("topic"), field: "topic")
         let token = context.parameter("token")
         guard RegistrationToken.isValid(token) else { throw APIError(400, "INVALID_ARGUMENT", "invalid token") }
-        guard let registration = try await registrations.find(project: project, tokenOrFID: token),
-            registration.token == token
-        else {
+        guard let fid = try await registrations.installationFIDs(project: project, tokensOrFIDs: [token])[token] else {
             throw APIError(404, "NOT_FOUND", "unknown token")
         }
-        return (registration.fid, topic)
+        return (fid, topic)
     }
 
     func addRelation(_ context: RequestContext) async throws -> HTTPResponse {
@@ -147,20 +146,22 @@ struct IIDController: Sendable {
         try await iid(context) { project in
             let token = context.parameter("token")
             guard RegistrationToken.isValid(token),
-                let registration = try await registrations.find(project: project, tokenOrFID: token),
-                registration.token == token,
-                let installation = try await installations.find(project: project, fid: registration.fid)
+                let fid = try await registrations.installationFIDs(project: project, tokensOrFIDs: [token])[token],
+                let installation = try await installations.find(project: project, fid: fid)
             else { return IIDController.error(404, "InvalidToken") }
+            // An FID-mode installation may have no registration: its app says what it is.
+            let registration = try await registrations.find(project: project, tokenOrFID: fid)
             let app = try await catalog.app(id: installation.appID)
-            let platform =
-                ["ios": "IOS", "android": "ANDROID", "web": "CHROME"][registration.platform.rawValue] ?? "UNKNOWN"
+            let platform: Platform = registration?.platform ?? app?.platform ?? .web
+            let platformName = ["ios": "IOS", "android": "ANDROID", "web": "CHROME"][platform.rawValue] ?? "UNKNOWN"
             var members: [(String, JSONValue)] = [
-                ("application", .string(registration.bundleID ?? app?.bundleID ?? installation.appID)),
-                ("authorizedEntity", .string(String(project.number))), ("platform", .string(platform)), ("scope", "*"),
+                ("application", .string(registration?.bundleID ?? app?.bundleID ?? installation.appID)),
+                ("authorizedEntity", .string(String(project.number))), ("platform", .string(platformName)),
+                ("scope", "*"),
             ]
-            if let version = registration.appVersion { members.append(("applicationVersion", .string(version))) }
+            if let version = registration?.appVersion { members.append(("applicationVersion", .string(version))) }
             if ["true", "1"].contains(context.request.query("details")?.lowercased() ?? "") {
-                let subscribed = try await topics.all(project: project, fid: registration.fid).map {
+                let subscribed = try await topics.all(project: project, fid: fid).map {
                     ($0.topic, ["addDate": .string(String(Timestamp.rfc3339($0.createdAt).prefix(10)))] as JSONValue)
                 }
                 members.append(("rel", ["topics": .object(subscribed)]))

@@ -16,10 +16,10 @@ struct InstallationsController {
     }
 
     func register(_ routes: inout Routes) {
-        routes.add("POST", "/v1/projects/{project}/installations", create)
-        routes.add("POST", "/v1/projects/{project}/installations/{fid}/authTokens:generate", generate)
-        routes.add("DELETE", "/v1/projects/{project}/installations/{fid}", delete)
-        routes.add("DELETE", "/v1/project/{project}/instanceId/{fid}", adminDelete)
+        routes.add(.POST, "/v1/projects/{project}/installations", create)
+        routes.add(.POST, "/v1/projects/{project}/installations/{fid}/authTokens:generate", generate)
+        routes.add(.DELETE, "/v1/projects/{project}/installations/{fid}", delete)
+        routes.add(.DELETE, "/v1/project/{project}/instanceId/{fid}", adminDelete)
     }
 
     func create(_ context: RequestContext) async throws -> HTTPResponse {

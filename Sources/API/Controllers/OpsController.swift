@@ -13,11 +13,11 @@ struct OpsController: Sendable {
     let serverGauges: @Sendable () -> [String]
 
     func register(_ routes: inout Routes) {
-        routes.add("GET", "/healthz", healthz)
-        routes.add("GET", "/readyz", readyz)
-        routes.add("GET", "/metrics", metricsText)
-        routes.add("GET", "/.well-known/jwks.json", jwks)
-        routes.add("GET", "/openapi.yaml", openapi)
+        routes.add(.GET, "/healthz", healthz)
+        routes.add(.GET, "/readyz", readyz)
+        routes.add(.GET, "/metrics", metricsText)
+        routes.add(.GET, "/.well-known/jwks.json", jwks)
+        routes.add(.GET, "/openapi.yaml", openapi)
     }
 
     func healthz(_ context: RequestContext) async throws -> HTTPResponse {

@@ -14,15 +14,15 @@ struct TopicsController: Sendable {
 
     func register(_ routes: inout Routes) {
         let base = "/v1/projects/{project}/registrations/{registration}/topicSubscriptions"
-        routes.add("POST", base, create)
-        routes.add("GET", base, list)
-        routes.add("GET", base + "/{topic}", get)
-        routes.add("PATCH", base + "/{topic}", patch)
-        routes.add("DELETE", base + "/{topic}", delete)
-        routes.add("POST", base + "/{topic}:subscribe", clientSubscribe)
-        routes.add("POST", base + "/{topic}:unsubscribe", clientUnsubscribe)
-        routes.add("GET", "/v1/projects/{project}/topics/{topic}/registrations", members)
-        routes.add("POST", "/v1/projects/{project}/targets:resolve", resolve)
+        routes.add(.POST, base, create)
+        routes.add(.GET, base, list)
+        routes.add(.GET, base + "/{topic}", get)
+        routes.add(.PATCH, base + "/{topic}", patch)
+        routes.add(.DELETE, base + "/{topic}", delete)
+        routes.add(.POST, base + "/{topic}:subscribe", clientSubscribe)
+        routes.add(.POST, base + "/{topic}:unsubscribe", clientUnsubscribe)
+        routes.add(.GET, "/v1/projects/{project}/topics/{topic}/registrations", members)
+        routes.add(.POST, "/v1/projects/{project}/targets:resolve", resolve)
     }
 
     /// The installation named by `{registration}` (FID or token), for a server-key caller.

@@ -12,7 +12,12 @@ extension InMemoryStores: CatalogStore, SigningKeyStore, StoreHealth {
         serverKeys[serverKeyHash] = project.id
     }
 
-    public func insertApp(_ app: App) async throws { apps[app.id] = app }
+    public func insertApp(_ app: App) async throws {
+        guard apps[app.id] == nil, !apps.values.contains(where: { $0.apiKey == app.apiKey }) else {
+            throw RegistryError(.alreadyExists, "the resource already exists")
+        }
+        apps[app.id] = app
+    }
 
     public func project(idOrNumber: String) async throws -> Project? {
         projects[idOrNumber] ?? projects.values.first { String($0.number) == idOrNumber }
@@ -103,5 +108,17 @@ extension InMemoryStores: TopicStore, TargetingStore {
         case let .and(a, b): return holds(a, topics: topics) && holds(b, topics: topics)
         case let .or(a, b): return holds(a, topics: topics) || holds(b, topics: topics)
         }
+    }
+}
+
+// MARK: - Service accounts
+
+extension InMemoryStores: ServiceAccountStore {
+    public func insert(_ account: ServiceAccount) async throws { serviceAccounts[account.keyID] = account }
+
+    public func account(keyID: String) async throws -> ServiceAccount? { serviceAccounts[keyID] }
+
+    public func account(clientEmail: String) async throws -> ServiceAccount? {
+        serviceAccounts.values.first { $0.clientEmail == clientEmail }
     }
 }

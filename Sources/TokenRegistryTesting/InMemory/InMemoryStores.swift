@@ -58,6 +58,7 @@ public actor InMemoryStores {
     var feed: [(projectID: String, event: FeedEvent)] = []
     var signingKeys: [StoredSigningKey] = []
     var secrets: [String: [UInt8]] = [:]
+    var serviceAccounts: [String: ServiceAccount] = [:]
     var jobRuns: [String: RegistryGauges.JobRun] = [:]
     var counters: [String: RegistryGauges.ServiceCounters] = [:]
     var sequence: Int64 = 0
@@ -71,7 +72,7 @@ public actor InMemoryStores {
         RegistryStores(
             catalog: self, installations: self, consent: self, registrations: self, topics: self, targeting: self,
             deletions: self, deliveries: self, maintenance: self, feed: self, signingKeys: self, secrets: self,
-            health: self)
+            serviceAccounts: self, health: self)
     }
 
     func next() -> Int64 {
@@ -142,6 +143,10 @@ extension InMemoryStores: InstallationStore, SecretStore {
     }
 
     public func isRetired(projectID: String, fidHash: [UInt8]) async throws -> Bool { retired.contains(fidHash) }
+
+    public func existing(projectID: String, fids: [String]) async throws -> Set<String> {
+        Set(fids.filter { installations[Key(projectID: projectID, fid: $0)] != nil })
+    }
 
     public func idle(before cutoff: Date, limit: Int) async throws -> [(projectID: String, fid: String)] {
         installations.values.filter { $0.lastSeenAt < cutoff }.sorted { $0.lastSeenAt < $1.lastSeenAt }.prefix(limit)

@@ -1,0 +1,150 @@
+import Crypto
+import Foundation
+import JSON
+
+/// A service account of a project: what the registry keeps of it (never the private key).
+public struct ServiceAccount: Sendable, Equatable {
+    public let projectID: String
+    /// `private_key_id` in the credential file; the `kid` of its assertions.
+    public let keyID: String
+    public let clientEmail: String
+    public let publicKeyPEM: String
+    /// The file's `token_uri`, accepted as an assertion audience beside Google's own.
+    public let tokenURI: String
+    public let createdAt: Date
+
+    public init(
+        projectID: String, keyID: String, clientEmail: String, publicKeyPEM: String, tokenURI: String, createdAt: Date
+    ) {
+        self.projectID = projectID
+        self.keyID = keyID
+        self.clientEmail = clientEmail
+        self.publicKeyPEM = publicKeyPEM
+        self.tokenURI = tokenURI
+        self.createdAt = createdAt
+    }
+}
+
+/// Storage of service accounts.
+public protocol ServiceAccountStore: Sendable {
+    func insert(_ account: ServiceAccount) async throws
+    func account(keyID: String) async throws -> ServiceAccount?
+    func account(clientEmail: String) async throws -> ServiceAccount?
+}
+
+/// An access token handed out for a verified assertion: a project-scoped server credential.
+public struct AccessToken: Sendable, Equatable {
+    public let token: String
+    public let expiresIn: Int
+}
+
+/// Admin SDKs with a service account, unchanged: they load a service-account JSON file and exchange a signed
+/// assertion for an access token at its `token_uri` (OAuth 2.0 JWT bearer, RFC 7523, RS256). The registry keeps only
+/// the public key; access tokens are stateless (HMAC-signed project and expiry), so every replica accepts them.
+public struct ServiceAccountService: Sendable {
+    /// The audience google-auth always puts in the assertion, whatever the file's `token_uri`.
+    public static let googleTokenAudience = "https://oauth2.googleapis.com/token"
+    public static let grantType = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    /// Access tokens last an hour, as Google's do.
+    public static let accessTokenLifetime = 3600
+    static let tokenPrefix = "trat1."
+
+    let store: any ServiceAccountStore
+    let clock: any Clock
+    let tokenKey: [UInt8]
+
+    public init(store: any ServiceAccountStore, clock: any Clock, tokenKey: [UInt8]) {
+        self.store = store
+        self.clock = clock
+        self.tokenKey = tokenKey
+    }
+
+    /// Makes a service account for `project` and returns its credential file (shown once: the private key is not
+    /// kept).
+    ///
+    /// - Parameter baseURL: where clients reach this service; the file's `token_uri` is `<baseURL>/token`.
+    public func create(project: Project, baseURL: String) async throws -> JSONValue {
+        let base = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        guard base.hasPrefix("http://") || base.hasPrefix("https://"), base.utf8.count <= 512,
+            Identifiers.isPlainText(base), !base.contains(" ")
+        else { throw RegistryError.invalid("base-url", "must be an http(s) URL such as https://registry.example") }
+        let key = try RSAKey.generate()
+        let keyID = Hex.encode(try SecureRandom.bytes(20))
+        let email = "token-registry-\(keyID.prefix(8))@\(project.id).iam.gserviceaccount.com"
+        let tokenURI = base + "/token"
+        try await store.insert(
+            ServiceAccount(
+                projectID: project.id, keyID: keyID, clientEmail: email, publicKeyPEM: try key.publicPEM(),
+                tokenURI: tokenURI, createdAt: clock.now()))
+        return [
+            "type": "service_account", "project_id": .string(project.id), "private_key_id": .string(keyID),
+            "private_key": .string(try key.privatePEM()), "client_email": .string(email),
+            "client_id": .string(String(UInt64(keyID.prefix(15), radix: 16) ?? 0)),
+            "auth_uri": .string(base + "/o/oauth2/auth"), "token_uri": .string(tokenURI),
+            "universe_domain": "googleapis.com",
+        ]
+    }
+
+    static func invalidGrant(_ reason: String) -> RegistryError { RegistryError(.unauthenticated, reason) }
+
+    /// Verifies a JWT-bearer assertion (signature, `iss`, `aud`, `iat`/`exp`) and answers an access token.
+    ///
+    /// - Throws: `.unauthenticated` with the reason for anything that is not a valid, current assertion of a
+    ///   registered service account.
+    public func exchange(assertion: String) async throws -> AccessToken {
+        guard assertion.utf8.count <= 8192, let parts = JWS.parse(assertion),
+            let header = try? JSONParser.parse(parts.header), let claims = try? JSONParser.parse(parts.payload)
+        else { throw Self.invalidGrant("the assertion is not a JWT") }
+        guard header["alg"]?.stringValue == "RS256" else { throw Self.invalidGrant("the assertion must be RS256") }
+        guard let issuer = claims["iss"]?.stringValue, issuer.utf8.count <= 320 else {
+            throw Self.invalidGrant("the assertion has no iss")
+        }
+        let account: ServiceAccount?
+        if let kid = header["kid"]?.stringValue, kid.utf8.count <= 128 {
+            account = try await store.account(keyID: kid)
+        } else {
+            account = try await store.account(clientEmail: issuer)
+        }
+        guard let account, account.clientEmail == issuer else {
+            throw Self.invalidGrant("no service account matches the assertion's kid and iss")
+        }
+        guard let key = try? RSAKey(pem: account.publicKeyPEM),
+            key.verify(signature: parts.signature, for: parts.signingInput)
+        else { throw Self.invalidGrant("the assertion's signature is not valid") }
+        let audiences: [String] =
+            claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        guard !audiences.isEmpty, audiences.allSatisfy({ $0 == Self.googleTokenAudience || $0 == account.tokenURI })
+        else {
+            throw Self.invalidGrant("the assertion's aud must be \(account.tokenURI) or \(Self.googleTokenAudience)")
+        }
+        if let subject = claims["sub"]?.stringValue, subject != issuer {
+            throw Self.invalidGrant("the assertion's sub must be its iss")
+        }
+        guard let iat = claims["iat"]?.int64Value, let exp = claims["exp"]?.int64Value else {
+            throw Self.invalidGrant("the assertion needs iat and exp")
+        }
+        let now = Int64(clock.now().timeIntervalSince1970)
+        guard exp > now else { throw Self.invalidGrant("the assertion has expired") }
+        guard iat <= now + 60, exp > iat, exp - iat <= 3600, exp <= now + 3600 + 60 else {
+            throw Self.invalidGrant("the assertion's exp must be at most one hour after iat, and iat not in the future")
+        }
+        let expires = now + Int64(Self.accessTokenLifetime)
+        let payload = Base64URL.encode(Array("\(account.projectID)|\(expires)".utf8))
+        let mac = Base64URL.encode(HMACSHA256.authenticate(Array(payload.utf8), key: tokenKey))
+        return AccessToken(token: Self.tokenPrefix + payload + "." + mac, expiresIn: Self.accessTokenLifetime)
+    }
+
+    /// The project an access token is for, or nil when it is not one of ours, or has expired.
+    public func project(ofAccessToken token: String) -> String? {
+        guard token.hasPrefix(Self.tokenPrefix), token.utf8.count <= 512 else { return nil }
+        let parts = token.dropFirst(Self.tokenPrefix.count).split(separator: ".")
+        guard parts.count == 2, let mac = Base64URL.decode(parts[1]),
+            ConstantTime.equals(mac, HMACSHA256.authenticate(Array(parts[0].utf8), key: tokenKey)),
+            let payload = Base64URL.decode(parts[0]), let text = String(validating: payload, as: UTF8.self)
+        else { return nil }
+        let fields = text.split(separator: "|")
+        guard fields.count == 2, let expires = Int64(fields[1]), expires > Int64(clock.now().timeIntervalSince1970)
+        else { return nil }
+        return String(fields[0])
+    }
+}
