@@ -50,3 +50,33 @@ def test_fcm_register_gets_a_token(project):
     assert registration is not None
     assert registration["token"].startswith(installation["fid"] + ":")
     assert registration["name"].endswith("/registrations/" + installation["fid"])
+
+
+def test_the_full_checkin_or_register_flow(project):
+    """checkin_or_register(): protobuf GCM check-in, the GCM-form register3, FIS create, FCM registration; only the
+    four URL constants are patched. A second client with the credentials it got checks in again with them."""
+    fr.GCM_CHECKIN_URL = BASE + "/checkin"
+    fr.GCM_REGISTER_URL = BASE + "/c2dm/register3"
+
+    async def run():
+        client = register_client(project)
+        try:
+            credentials = await client.checkin_or_register()
+        finally:
+            await client.close()
+        again = register_client(project)
+        again.credentials = credentials
+        try:
+            return credentials, await again.checkin_or_register()
+        finally:
+            await again.close()
+
+    credentials, second = asyncio.run(run())
+    gcm, fcm = credentials["gcm"], credentials["fcm"]
+    assert int(gcm["android_id"]) > 0 and int(gcm["security_token"]) > 0
+    assert gcm["token"] and "Error" not in gcm["token"]
+    fid = fcm["installation"]["fid"]
+    assert VALID_FID.match(fid)
+    assert fcm["registration"]["token"].startswith(fid + ":")
+    # The stored credentials are still good: the check-in keeps the same identity.
+    assert second == credentials

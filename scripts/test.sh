@@ -4,7 +4,7 @@
 # SIGKILL'd under load) and the conformance tests with the real Firebase Python clients, then stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh haproxy
+scripts/install-deps.sh haproxy chromium
 . scripts/swift-env.sh
 cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start
 eval "$cluster_env"
@@ -15,4 +15,5 @@ swift build --build-tests --explicit-target-dependency-import-check error
 swift test
 python3 integration/topology.py
 python3 integration/replicas.py
+python3 integration/browser.py
 conformance/run.sh

@@ -14,6 +14,7 @@ public final class Application: Sendable {
     public let logger: Logger
     public let metrics = Metrics()
     let routes: Routes
+    let cors: CORS
     private let draining = Atomic<Bool>(false)
     private let server = Mutex<HTTPServer?>(nil)
     private let background = Mutex<[Task<Void, Never>]>([])
@@ -51,6 +52,8 @@ public final class Application: Sendable {
         self.services = services
         self.logger = logger
         routes = Application.makeRoutes(configuration: configuration, services: services)
+        cors = CORS(
+            catalog: services.catalog, installations: services.installations, browserRoutes: routes.browserRoutes)
     }
 
     private static func makeRoutes(configuration: Configuration, services s: RegistryServices) -> Routes {
@@ -75,6 +78,10 @@ public final class Application: Sendable {
         .register(&routes)
         DeletionsController(auth: auth, deletions: s.deletions, feed: s.feed).register(&routes)
         TokenController(serviceAccounts: s.serviceAccounts).register(&routes)
+        CheckinController(
+            catalog: s.catalog, checkins: s.checkins, installations: s.installations, registrations: s.registrations,
+            topics: s.topics
+        ).register(&routes)
         return routes
     }
 
@@ -182,6 +189,9 @@ public final class Application: Sendable {
         let requestID = Application.requestID(request.headers["x-request-id"])
         var response: HTTPResponse
         var template = "unmatched"
+        if let preflight = await cors.preflight(request, router: router) {
+            return finish(preflight, request: request, requestID: requestID, template: "preflight", started: started)
+        }
         switch router.match(method: request.method, path: request.path) {
         case let .found(handler, parameters, matched):
             template = matched
@@ -201,6 +211,7 @@ public final class Application: Sendable {
                 }
                 response = apiError.response
             }
+            await cors.decorate(&response, request: request, template: matched, parameters: parameters)
         case let .methodNotAllowed(allowed):
             var error = APIError(
                 405, CanonicalStatus.code(for: 405),
@@ -213,6 +224,15 @@ public final class Application: Sendable {
         case let .badPath(reason):
             response = APIError.invalid(reason).response
         }
+        return finish(response, request: request, requestID: requestID, template: template, started: started)
+    }
+
+    /// Stamps the request id, records the metrics and writes the request log line.
+    private func finish(
+        _ answer: HTTPResponse, request: HTTPRequest, requestID: String, template: String,
+        started: ContinuousClock.Instant
+    ) -> HTTPResponse {
+        var response = answer
         response.headers.add(name: "x-request-id", value: requestID)
         let elapsed = ContinuousClock.now - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18

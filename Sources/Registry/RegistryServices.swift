@@ -11,6 +11,7 @@ public struct RegistryServices: Sendable {
     public let deletions: DeletionService
     public let feed: ChangeFeed
     public let serviceAccounts: ServiceAccountService
+    public let checkins: CheckinService
     public let jobs: Jobs
     public let health: any StoreHealth
     public let clock: any Clock
@@ -55,6 +56,7 @@ public struct RegistryServices: Sendable {
             clock: clock, freshness: freshness)
         deletions = DeletionService(store: stores.deletions, clock: clock, policy: policy, fidHasher: fidHasher)
         feed = ChangeFeed(store: stores.feed)
+        checkins = CheckinService(store: stores.checkins, clock: clock)
         jobs = Jobs(
             installations: installations, installationStore: stores.installations, deliveries: stores.deliveries,
             maintenance: stores.maintenance, feed: stores.feed, transport: transport, policy: policy,

@@ -14,6 +14,7 @@ public struct RegistryStores: Sendable {
     public var signingKeys: any SigningKeyStore
     public var secrets: any SecretStore
     public var serviceAccounts: any ServiceAccountStore
+    public var checkins: any CheckinStore
     public var health: any StoreHealth
 
     public init(
@@ -21,7 +22,7 @@ public struct RegistryStores: Sendable {
         registrations: any RegistrationStore, topics: any TopicStore, targeting: any TargetingStore,
         deletions: any DeletionStore, deliveries: any DeliveryStore, maintenance: any MaintenanceStore,
         feed: any ChangeFeedStore, signingKeys: any SigningKeyStore, secrets: any SecretStore,
-        serviceAccounts: any ServiceAccountStore, health: any StoreHealth
+        serviceAccounts: any ServiceAccountStore, checkins: any CheckinStore, health: any StoreHealth
     ) {
         self.catalog = catalog
         self.installations = installations
@@ -36,6 +37,7 @@ public struct RegistryStores: Sendable {
         self.signingKeys = signingKeys
         self.secrets = secrets
         self.serviceAccounts = serviceAccounts
+        self.checkins = checkins
         self.health = health
     }
 }

@@ -28,7 +28,8 @@ public enum PostgresRegistry {
             deletions: PostgresDeletionStore(db: db), deliveries: PostgresDeliveryStore(db: db),
             maintenance: PostgresMaintenanceStore(db: db), feed: PostgresChangeFeedStore(db: db),
             signingKeys: PostgresSigningKeyStore(db: db), secrets: PostgresSecretStore(db: db),
-            serviceAccounts: PostgresServiceAccountStore(db: db), health: PostgresStoreHealth(pool: pool))
+            serviceAccounts: PostgresServiceAccountStore(db: db), checkins: PostgresCheckinStore(db: db),
+            health: PostgresStoreHealth(pool: pool))
     }
 }
 

@@ -21,6 +21,8 @@ public enum Schema {
         Migration(
             version: 7, name: "service_accounts",
             sql: String(decoding: PackageResources.m007_service_accounts_sql, as: UTF8.self)),
+        Migration(
+            version: 8, name: "checkins", sql: String(decoding: PackageResources.m008_checkins_sql, as: UTF8.self)),
     ]
 
     public static var migrator: Migrator { Migrator(migrations: migrations) }

@@ -11,8 +11,8 @@ struct ConsentController {
     let consent: ConsentService
 
     func register(_ routes: inout Routes) {
-        routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/consent", put)
-        routes.add(.GET, "/v1/projects/{project}/installations/{fid}/consent", get)
+        routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/consent", browser: true, put)
+        routes.add(.GET, "/v1/projects/{project}/installations/{fid}/consent", browser: true, get)
     }
 
     /// The installation the request may act on, and who is acting.

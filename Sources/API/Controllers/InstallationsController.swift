@@ -16,9 +16,9 @@ struct InstallationsController {
     }
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/v1/projects/{project}/installations", create)
-        routes.add(.POST, "/v1/projects/{project}/installations/{fid}/authTokens:generate", generate)
-        routes.add(.DELETE, "/v1/projects/{project}/installations/{fid}", delete)
+        routes.add(.POST, "/v1/projects/{project}/installations", browser: true, create)
+        routes.add(.POST, "/v1/projects/{project}/installations/{fid}/authTokens:generate", browser: true, generate)
+        routes.add(.DELETE, "/v1/projects/{project}/installations/{fid}", browser: true, delete)
         routes.add(.DELETE, "/v1/project/{project}/instanceId/{fid}", adminDelete)
     }
 

@@ -11,9 +11,9 @@ struct RegistrationsController: Sendable {
     let targeting: TargetingService
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/v1/projects/{project}/registrations", create)
-        routes.add(.PATCH, "/v1/projects/{project}/registrations/{registration}", update)
-        routes.add(.DELETE, "/v1/projects/{project}/registrations/{registration}", delete)
+        routes.add(.POST, "/v1/projects/{project}/registrations", browser: true, create)
+        routes.add(.PATCH, "/v1/projects/{project}/registrations/{registration}", browser: true, update)
+        routes.add(.DELETE, "/v1/projects/{project}/registrations/{registration}", browser: true, delete)
         routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/registration", callback)
         routes.add(.GET, "/v1/projects/{project}/registrations/{registration}:sendability", sendability)
     }

@@ -19,8 +19,8 @@ struct TopicsController: Sendable {
         routes.add(.GET, base + "/{topic}", get)
         routes.add(.PATCH, base + "/{topic}", patch)
         routes.add(.DELETE, base + "/{topic}", delete)
-        routes.add(.POST, base + "/{topic}:subscribe", clientSubscribe)
-        routes.add(.POST, base + "/{topic}:unsubscribe", clientUnsubscribe)
+        routes.add(.POST, base + "/{topic}:subscribe", browser: true, clientSubscribe)
+        routes.add(.POST, base + "/{topic}:unsubscribe", browser: true, clientUnsubscribe)
         routes.add(.GET, "/v1/projects/{project}/topics/{topic}/registrations", members)
         routes.add(.POST, "/v1/projects/{project}/targets:resolve", resolve)
     }

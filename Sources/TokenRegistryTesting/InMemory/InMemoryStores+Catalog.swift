@@ -122,3 +122,44 @@ extension InMemoryStores: ServiceAccountStore {
         serviceAccounts.values.first { $0.clientEmail == clientEmail }
     }
 }
+
+// MARK: - Check-ins
+
+extension InMemoryStores: CheckinStore {
+    public func insert(_ checkin: StoredCheckin, at: Date) async throws { checkins[checkin.androidID] = checkin }
+
+    public func checkin(androidID: UInt64) async throws -> StoredCheckin? {
+        guard let stored = checkins[androidID] else { return nil }
+        // A deleted installation leaves its check-ins unbound, as the foreign key's SET NULL does in SQL.
+        if let project = stored.projectID, let fid = stored.fid, installations[Key(projectID: project, fid: fid)] == nil
+        {
+            return StoredCheckin(
+                androidID: androidID, securityTokenHash: stored.securityTokenHash, projectID: nil, fid: nil)
+        }
+        return stored
+    }
+
+    public func touch(androidID: UInt64, at: Date) async throws {}
+
+    public func bind(androidID: UInt64, projectID: String, fid: String) async throws -> Bool {
+        guard let current = try await checkin(androidID: androidID),
+            current.fid == nil || (current.projectID == projectID && current.fid == fid)
+        else { return false }
+        checkins[androidID] = StoredCheckin(
+            androidID: androidID, securityTokenHash: current.securityTokenHash, projectID: projectID, fid: fid)
+        return true
+    }
+
+    public func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date) async throws
+        -> String
+    {
+        let key = "\(androidID)\u{0}\(app)\u{0}\(subtype)"
+        if let token = gcmTokens[key] { return token }
+        gcmTokens[key] = candidate
+        return candidate
+    }
+
+    public func deleteGCMToken(androidID: UInt64, app: String, subtype: String) async throws -> String? {
+        gcmTokens.removeValue(forKey: "\(androidID)\u{0}\(app)\u{0}\(subtype)")
+    }
+}

@@ -59,6 +59,8 @@ public actor InMemoryStores {
     var signingKeys: [StoredSigningKey] = []
     var secrets: [String: [UInt8]] = [:]
     var serviceAccounts: [String: ServiceAccount] = [:]
+    var checkins: [UInt64: StoredCheckin] = [:]
+    var gcmTokens: [String: String] = [:]
     var jobRuns: [String: RegistryGauges.JobRun] = [:]
     var counters: [String: RegistryGauges.ServiceCounters] = [:]
     var sequence: Int64 = 0
@@ -72,7 +74,7 @@ public actor InMemoryStores {
         RegistryStores(
             catalog: self, installations: self, consent: self, registrations: self, topics: self, targeting: self,
             deletions: self, deliveries: self, maintenance: self, feed: self, signingKeys: self, secrets: self,
-            serviceAccounts: self, health: self)
+            serviceAccounts: self, checkins: self, health: self)
     }
 
     func next() -> Int64 {

@@ -1,0 +1,91 @@
+import HTTP
+import Registry
+
+/// Cross-origin access for the routes browsers call: the web SDKs' installations, registrations and client topic
+/// verbs (and the installation's own consent). Their calls carry `Content-Type: application/json` and custom
+/// headers, so every one is preceded by a preflight. Origins are per app (`app create --web-origin`, default any
+/// origin, since API keys are public as Firebase's are). Server-key routes, and any request made with a server
+/// credential, get no cross-origin access at all.
+struct CORS: Sendable {
+    let catalog: Catalog
+    let installations: InstallationService
+    /// `"METHOD template"` of the routes browsers may call.
+    let browserRoutes: Set<String>
+
+    /// The request headers the Firebase web SDKs send (and a few a browser or proxy adds).
+    static let allowedHeaders = [
+        "accept", "authorization", "cache-control", "content-encoding", "content-type", "x-client-data",
+        "x-firebase-client", "x-firebase-client-log-type", "x-firebase-gmpid", "x-goog-api-key",
+        "x-goog-firebase-installations-auth", "x-goog-user-project", "x-request-id",
+    ]
+    /// How long a browser may cache a preflight answer.
+    static let maxAgeSeconds = 3600
+
+    func isBrowserRoute(method: String, template: String) -> Bool { browserRoutes.contains("\(method) \(template)") }
+
+    /// The methods of `template` that browsers may call.
+    func browserMethods(template: String) -> [String] {
+        HTTPMethod.allCases.map(\.rawValue).filter { isBrowserRoute(method: $0, template: template) }
+    }
+
+    /// Whether `origin` may call for `app`, or, when the app is not known, for any app of the project.
+    func allows(origin: String, project: String?, app: App?) async -> Bool {
+        if let app { return app.allows(origin: origin) }
+        guard let project, let found = try? await catalog.project(project),
+            let apps = try? await catalog.apps(projectID: found.id)
+        else { return true }  // nothing to protect: the request will fail on its own, readably
+        return apps.isEmpty || apps.contains { $0.allows(origin: origin) }
+    }
+
+    /// Answers a preflight for a browser route; nil when the request is no preflight of one (it is then routed as
+    /// usual, and an `OPTIONS` elsewhere answers 405 with no `Access-Control-*`).
+    func preflight(_ request: HTTPRequest, router: Router<RouteHandler>) async -> HTTPResponse? {
+        guard request.method == HTTPMethod.OPTIONS.rawValue, let origin = request.headers["origin"],
+            let requested = request.headers["access-control-request-method"],
+            case let .found(_, parameters, template) = router.match(method: requested, path: request.path),
+            isBrowserRoute(method: requested, template: template)
+        else { return nil }
+        guard await allows(origin: origin, project: parameters["project"], app: nil) else {
+            return APIError.permissionDenied("origin \(origin.prefix(100)) may not call this service").response
+        }
+        var response = HTTPResponse(status: 204)
+        response.headers.add(name: "access-control-allow-origin", value: origin)
+        response.headers.add(
+            name: "access-control-allow-methods",
+            value: (browserMethods(template: template) + ["OPTIONS"]).joined(separator: ", "))
+        response.headers.add(name: "access-control-allow-headers", value: CORS.allowedHeaders.joined(separator: ", "))
+        response.headers.add(name: "access-control-max-age", value: String(CORS.maxAgeSeconds))
+        response.headers.add(
+            name: "vary", value: "Origin, Access-Control-Request-Method, Access-Control-Request-Headers")
+        return response
+    }
+
+    /// Lets the calling page read the answer of a browser route, when its origin may call for the request's app.
+    func decorate(
+        _ response: inout HTTPResponse, request: HTTPRequest, template: String, parameters: [String: String]
+    ) async {
+        guard let origin = request.headers["origin"], isBrowserRoute(method: request.method, template: template)
+        else { return }
+        response.headers.add(name: "vary", value: "Origin")
+        // A server credential is never to be used from a page.
+        if let authorization = request.headers["authorization"], authorization.lowercased().hasPrefix("bearer ") {
+            return
+        }
+        guard await allows(origin: origin, project: parameters["project"], app: await app(of: request)) else { return }
+        response.headers.add(name: "access-control-allow-origin", value: origin)
+        response.headers.add(name: "access-control-expose-headers", value: "x-request-id, retry-after")
+    }
+
+    /// The app a browser request speaks for: its API key's, or its installation auth token's.
+    private func app(of request: HTTPRequest) async -> App? {
+        if let key = request.headers["x-goog-api-key"] ?? request.query("key"),
+            let app = try? await catalog.app(apiKey: key)
+        {
+            return app
+        }
+        guard var token = request.headers["x-goog-firebase-installations-auth"] else { return nil }
+        if token.hasPrefix("FIS ") { token = String(token.dropFirst(4)) }
+        guard let claims = try? await installations.tokens.verify(token) else { return nil }
+        return try? await catalog.app(id: claims.appID)
+    }
+}

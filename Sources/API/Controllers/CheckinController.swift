@@ -1,0 +1,217 @@
+import Foundation
+import HTTP
+import JSON
+import Registry
+
+/// The register API that clients reach before (or instead of) the FCM registration API, each at Google's own path:
+/// device check-in (`POST /checkin`, JSON from iOS, protobuf from GCM clients), token registration and deletion
+/// (`POST /register` from FirebaseMessaging on iOS, `POST /c2dm/register3` in its GCM form), and topic
+/// (un)subscription (`POST /iid/register`). Requests are form-encoded and authorized with
+/// `AidLogin <android_id>:<security_token>`; answers are plain-text `key=value` lines, failures `Error=<CODE>`.
+/// Registrations made here are the installation's registration, under its consent, like every other.
+struct CheckinController: Sendable {
+    let catalog: Catalog
+    let checkins: CheckinService
+    let installations: InstallationService
+    let registrations: RegistrationService
+    let topics: TopicService
+
+    func register(_ routes: inout Routes) {
+        routes.add(.POST, "/checkin", checkIn)
+        routes.add(.POST, "/register", registerToken)
+        routes.add(.POST, "/c2dm/register3", registerToken)
+        routes.add(.POST, "/iid/register", topic)
+    }
+
+    static func text(_ status: Int, _ body: String) -> HTTPResponse {
+        HTTPResponse(status: status, contentType: "text/plain; charset=utf-8", body: body + "\n")
+    }
+
+    /// Any failure as Google's plain-text `Error=` answer; never a 5xx for a bad request or bad credentials.
+    static func failure(_ error: any Error) -> HTTPResponse {
+        guard let error = error as? RegistryError else {
+            if let api = error as? APIError, api.status < 500 { return text(api.status, "Error=INVALID_PARAMETERS") }
+            return text(500, "Error=INTERNAL_SERVER_ERROR")
+        }
+        switch error.kind {
+        case .unauthenticated, .permissionDenied: return text(401, "Error=AUTHENTICATION_FAILED")
+        case .invalidArgument: return text(400, "Error=INVALID_PARAMETERS")
+        case .failedPrecondition: return text(400, "Error=FAILED_PRECONDITION")
+        case .notFound: return text(404, "Error=RST")
+        case .unavailable, .aborted:
+            var response = text(503, "Error=SERVICE_NOT_AVAILABLE")
+            response.headers.add(name: "retry-after", value: "1")
+            return response
+        default: return text(500, "Error=INTERNAL_SERVER_ERROR")
+        }
+    }
+
+    // MARK: - Check-in
+
+    /// `POST /checkin`: JSON (iOS) or `application/x-protobuf` (GCM clients), answered in the same form.
+    func checkIn(_ context: RequestContext) async throws -> HTTPResponse {
+        let protobuf = context.header("content-type")?.lowercased().hasPrefix("application/x-protobuf") ?? false
+        var androidID: UInt64?
+        var securityToken: UInt64?
+        if protobuf {
+            guard let fields = try? Protobuf.fields(context.request.body) else {
+                return Self.text(400, "Error=INVALID_PARAMETERS")
+            }
+            for (number, value) in fields {
+                if number == 2, case let .varint(id) = value { androidID = id }
+                if number == 13, case let .fixed64(token) = value { securityToken = token }
+            }
+        } else {
+            let body = try context.jsonObject(allowEmpty: true)
+            androidID = Self.unsigned(body["id"])
+            securityToken = Self.unsigned(body["security_token"])
+        }
+        let checkin: DeviceCheckin
+        do {
+            checkin = try await checkins.checkIn(androidID: androidID, securityToken: securityToken)
+        } catch {
+            return Self.failure(error)
+        }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        if protobuf {
+            var out = Protobuf.Writer()
+            out.varint(1, 1)  // stats_ok
+            out.varint(3, UInt64(now))  // time_msec
+            out.string(4, "")  // digest
+            out.fixed64(7, checkin.androidID)
+            out.fixed64(8, checkin.securityToken)
+            out.string(11, "token-registry")  // version_info
+            return HTTPResponse(status: 200, headers: ["content-type": "application/x-protobuf"], body: out.bytes)
+        }
+        return .json([
+            "stats_ok": true, "time_msec": .int(now), "digest": "", "android_id": .int(Int64(checkin.androidID)),
+            "security_token": .int(Int64(checkin.securityToken)), "version_info": "token-registry",
+            "device_data_version_info": "token-registry", "setting": [],
+        ])
+    }
+
+    /// A check-in identity as a number or a decimal string (JSON clients send either); 0 means none.
+    static func unsigned(_ value: JSONValue?) -> UInt64? {
+        if let n = value?.int64Value, n > 0 { return UInt64(n) }
+        if let text = value?.stringValue, let n = UInt64(text), n > 0 { return n }
+        return nil
+    }
+
+    // MARK: - Register
+
+    /// The request's form fields; the first value of a name wins, and `X-` prefixed names are read as well.
+    struct Form {
+        let items: [(name: String, value: String)]
+
+        func callAsFunction(_ name: String) -> String? {
+            items.first { $0.name == name }?.value ?? items.first { $0.name == "X-" + name }?.value
+        }
+
+        var deletes: Bool {
+            ["true", "1"].contains(self("delete") ?? "") || self("iid-operation") == "delete"
+        }
+    }
+
+    static func form(_ context: RequestContext) throws -> Form {
+        guard let items = context.request.formItems, items.count <= 64,
+            items.allSatisfy({ $0.name.utf8.count <= 64 && $0.value.utf8.count <= 4096 })
+        else { throw RegistryError.invalid("body", "must be a form of at most 64 fields") }
+        return Form(items: items)
+    }
+
+    /// `POST /register` and `POST /c2dm/register3`. With an installation auth token (iOS), the installation's own
+    /// registration; without one (the GCM form of web-push receivers), a token per check-in, app and subtype.
+    func registerToken(_ context: RequestContext) async throws -> HTTPResponse {
+        do {
+            let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
+            let form = try Self.form(context)
+            if let token = context.header("x-goog-firebase-installations-auth")
+                ?? form("Goog-Firebase-Installations-Auth")
+            {
+                return try await registerInstallation(checkin: checkin, authToken: token, form: form)
+            }
+            guard let app = form("app"), let subtype = form("subtype") ?? form("sender"), !app.isEmpty, !subtype.isEmpty
+            else { throw RegistryError.invalid("app", "app and X-subtype (or sender) are required") }
+            if form.deletes {
+                let token = try await checkins.deleteGCMToken(checkin, app: app, subtype: subtype)
+                return Self.text(200, "deleted=\(token ?? subtype)")
+            }
+            return Self.text(200, "token=\(try await checkins.gcmToken(checkin, app: app, subtype: subtype))")
+        } catch {
+            return Self.failure(error)
+        }
+    }
+
+    private func registerInstallation(checkin: StoredCheckin, authToken: String, form: Form) async throws
+        -> HTTPResponse
+    {
+        let raw = authToken.hasPrefix("FIS ") ? String(authToken.dropFirst(4)) : authToken
+        let claims = try await installations.tokens.verify(raw)
+        guard let project = try await catalog.project(String(claims.projectNumber)) else {
+            throw RegistryError(.unauthenticated, "the auth token's project is unknown")
+        }
+        let installation = try await installations.authenticate(project: project, authToken: raw)
+        if let appid = form("appid"), appid != installation.fid {
+            throw RegistryError.invalid("appid", "must be the FID of the installation auth token")
+        }
+        if let gmpAppID = form("gmp_app_id"), gmpAppID != installation.appID {
+            throw RegistryError.invalid("gmp_app_id", "must be the app of the installation auth token")
+        }
+        try await checkins.bind(checkin, to: installation)
+        if form.deletes {
+            let current = try await registrations.find(project: project, tokenOrFID: installation.fid)
+            _ = try await registrations.delete(project: project, fid: installation.fid)
+            return Self.text(200, "deleted=\(current?.token ?? installation.fid)")
+        }
+        var apns: APNsDevice?
+        if let tuple = form("apns_token") {
+            // `p_<hex>` production, `s_<hex>` sandbox (FIRMessagingAPNSTupleStringForTokenAndServerType).
+            guard tuple.hasPrefix("p_") || tuple.hasPrefix("s_") else {
+                throw RegistryError.invalid("apns_token", "must be p_<hex> or s_<hex>")
+            }
+            let environment: APNsEnvironment = tuple.hasPrefix("s_") ? .sandbox : .production
+            apns = try APNsDevice(
+                token: String(tuple.dropFirst(2)), environment: environment.rawValue, tokenField: "apns_token",
+                environmentField: "apns_token")
+        }
+        let platform = try await catalog.app(id: installation.appID)?.platform ?? .ios
+        let stored = try await registrations.register(
+            installation: installation,
+            ClientRegistration(
+                platform: apns == nil ? platform : .ios, apns: apns,
+                bundleID: form("app").flatMap { Identifiers.isPlainText($0, limit: 255) ? $0 : nil },
+                appVersion: form("app_ver").flatMap { Identifiers.isPlainText($0, limit: 64) ? $0 : nil },
+                sdkVersion: form("cliv").flatMap { Identifiers.isPlainText($0, limit: 64) ? $0 : nil }))
+        return Self.text(200, "token=\(stored.token)")
+    }
+
+    // MARK: - Topics
+
+    /// `POST /iid/register`: `sender=<token>&X-gcm.topic=/topics/<t>[&delete=true]`, for the installation the
+    /// check-in registered.
+    func topic(_ context: RequestContext) async throws -> HTTPResponse {
+        do {
+            let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
+            let form = try Self.form(context)
+            guard let token = form("sender"), let raw = form("gcm.topic") ?? form("scope") else {
+                throw RegistryError.invalid("sender", "sender and X-gcm.topic are required")
+            }
+            let topic = try TopicService.name(raw, field: "X-gcm.topic")
+            guard let projectID = checkin.projectID, let fid = checkin.fid,
+                let project = try await catalog.project(projectID),
+                let registration = try await registrations.find(project: project, tokenOrFID: token),
+                registration.fid == fid
+            else { throw RegistryError(.permissionDenied, "the token is not this check-in's installation's") }
+            if form.deletes {
+                _ = try await topics.unsubscribe(project: project, fids: [fid], topic: topic)
+            } else {
+                _ = try await topics.subscribe(project: project, fid: fid, topic: topic)
+            }
+            return Self.text(200, "token=\(token)")
+        } catch let error as RegistryError where error == TopicService.tooManyTopics {
+            return Self.text(400, "Error=TOO_MANY_TOPICS")
+        } catch {
+            return Self.failure(error)
+        }
+    }
+}

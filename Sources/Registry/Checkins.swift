@@ -1,0 +1,118 @@
+import Crypto
+import Foundation
+
+/// A device check-in: the `AidLogin <android_id>:<security_token>` identity that FirebaseMessaging on iOS (default
+/// token path) and GCM clients use on the register API. It is bound to an installation by the first registration
+/// made with it, so its credentials act only for that installation afterwards.
+public struct DeviceCheckin: Sendable, Equatable {
+    public let androidID: UInt64
+    public let securityToken: UInt64
+}
+
+/// What the store keeps of a check-in (never the security token itself).
+public struct StoredCheckin: Sendable, Equatable {
+    public let androidID: UInt64
+    public let securityTokenHash: [UInt8]
+    /// The installation it registered for, once it has.
+    public let projectID: String?
+    public let fid: String?
+
+    public init(androidID: UInt64, securityTokenHash: [UInt8], projectID: String?, fid: String?) {
+        self.androidID = androidID
+        self.securityTokenHash = securityTokenHash
+        self.projectID = projectID
+        self.fid = fid
+    }
+}
+
+/// Storage of check-ins and of the GCM-form tokens registered with them.
+public protocol CheckinStore: Sendable {
+    func insert(_ checkin: StoredCheckin, at: Date) async throws
+    func checkin(androidID: UInt64) async throws -> StoredCheckin?
+    func touch(androidID: UInt64, at: Date) async throws
+    /// Binds the check-in to an installation; false when it is bound to another one already.
+    func bind(androidID: UInt64, projectID: String, fid: String) async throws -> Bool
+    /// The token of a GCM-form registration (no installation: a web-push receiver), made on first use.
+    func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date) async throws -> String
+    /// Removes a GCM-form registration; the token it had, if any.
+    func deleteGCMToken(androidID: UInt64, app: String, subtype: String) async throws -> String?
+}
+
+/// Check-ins and the register API's rules (`POST /checkin`, `POST /register`, `/c2dm/register3`, `/iid/register`).
+public struct CheckinService: Sendable {
+    let store: any CheckinStore
+    let clock: any Clock
+
+    public init(store: any CheckinStore, clock: any Clock) {
+        self.store = store
+        self.clock = clock
+    }
+
+    /// A check-in. A device that sends the identity it was given keeps it; anything else gets a new one.
+    public func checkIn(androidID: UInt64?, securityToken: UInt64?) async throws -> DeviceCheckin {
+        let now = clock.now()
+        if let androidID, let securityToken, androidID != 0,
+            (try? await authenticate(androidID: androidID, securityToken: securityToken)) != nil
+        {
+            try await store.touch(androidID: androidID, at: now)
+            return DeviceCheckin(androidID: androidID, securityToken: securityToken)
+        }
+        let id = try Self.random63()
+        let token = try Self.random63()
+        try await store.insert(
+            StoredCheckin(
+                androidID: id, securityTokenHash: SHA256.hash(String(token)), projectID: nil, fid: nil),
+            at: now)
+        return DeviceCheckin(androidID: id, securityToken: token)
+    }
+
+    /// A positive 63-bit random number (JSON clients read it as a signed 64-bit integer).
+    static func random63() throws -> UInt64 {
+        let bytes = try SecureRandom.bytes(8)
+        let value = bytes.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } & 0x7fff_ffff_ffff_ffff
+        return max(value, 1)
+    }
+
+    /// Checks `Authorization: AidLogin <android_id>:<security_token>`.
+    ///
+    /// - Throws: `.unauthenticated` for a malformed header or credentials that are not a check-in's.
+    public func authenticate(aidLogin header: String?) async throws -> StoredCheckin {
+        guard let header, header.hasPrefix("AidLogin "), header.utf8.count <= 128 else {
+            throw RegistryError(.unauthenticated, "Authorization: AidLogin <android_id>:<security_token> is required")
+        }
+        let parts = header.dropFirst(9).split(separator: ":")
+        guard parts.count == 2, let id = UInt64(parts[0]), let token = UInt64(parts[1]) else {
+            throw RegistryError(.unauthenticated, "the AidLogin credentials are malformed")
+        }
+        return try await authenticate(androidID: id, securityToken: token)
+    }
+
+    func authenticate(androidID: UInt64, securityToken: UInt64) async throws -> StoredCheckin {
+        guard let stored = try await store.checkin(androidID: androidID),
+            ConstantTime.equals(stored.securityTokenHash, SHA256.hash(String(securityToken)))
+        else { throw RegistryError(.unauthenticated, "unknown check-in credentials") }
+        return stored
+    }
+
+    /// Binds a check-in to the installation it registers for; a check-in acts for one installation only.
+    ///
+    /// - Throws: `.permissionDenied` when it is bound to another installation.
+    public func bind(_ checkin: StoredCheckin, to installation: Installation) async throws {
+        if checkin.projectID == installation.projectID && checkin.fid == installation.fid { return }
+        guard
+            try await store.bind(
+                androidID: checkin.androidID, projectID: installation.projectID, fid: installation.fid)
+        else { throw RegistryError(.permissionDenied, "this check-in belongs to another installation") }
+    }
+
+    /// The GCM-form registration token of a check-in, app and subtype (the same on every call).
+    public func gcmToken(_ checkin: StoredCheckin, app: String, subtype: String) async throws -> String {
+        try await store.gcmToken(
+            androidID: checkin.androidID, app: app, subtype: subtype,
+            candidate: "gcm:" + Base64URL.encode(try SecureRandom.bytes(48)), at: clock.now())
+    }
+
+    public func deleteGCMToken(_ checkin: StoredCheckin, app: String, subtype: String) async throws -> String? {
+        try await store.deleteGCMToken(androidID: checkin.androidID, app: app, subtype: subtype)
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+import Postgres
+import Registry
+
+/// ``CheckinStore`` on PostgreSQL: `checkins` and `gcm_registrations`. Android IDs are unsigned 63-bit numbers,
+/// stored as `bigint`.
+struct PostgresCheckinStore: CheckinStore {
+    let db: Database
+
+    func insert(_ c: StoredCheckin, at: Date) async throws {
+        try await db.query(
+            """
+            INSERT INTO checkins (android_id, security_token_hash, project_id, fid, created_at, last_checkin_at)
+            VALUES (\(Int64(c.androidID)), \(ByteA(c.securityTokenHash)), \(c.projectID), \(c.fid), \(at), \(at))
+            """)
+    }
+
+    func checkin(androidID: UInt64) async throws -> StoredCheckin? {
+        guard let id = Int64(exactly: androidID),
+            let row = try await db.query("SELECT * FROM checkins WHERE android_id = \(id)").first
+        else { return nil }
+        return StoredCheckin(
+            androidID: androidID, securityTokenHash: try row.require("security_token_hash", as: ByteA.self).bytes,
+            projectID: try row.decode("project_id"), fid: try row.decode("fid"))
+    }
+
+    func touch(androidID: UInt64, at: Date) async throws {
+        guard let id = Int64(exactly: androidID) else { return }
+        try await db.query("UPDATE checkins SET last_checkin_at = \(at) WHERE android_id = \(id)")
+    }
+
+    func bind(androidID: UInt64, projectID: String, fid: String) async throws -> Bool {
+        guard let id = Int64(exactly: androidID) else { return false }
+        return try await db.query(
+            """
+            UPDATE checkins SET project_id = \(projectID), fid = \(fid)
+            WHERE android_id = \(id) AND (fid IS NULL OR (project_id = \(projectID) AND fid = \(fid)))
+            """
+        ).affectedRows == 1
+    }
+
+    func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date) async throws -> String {
+        guard let id = Int64(exactly: androidID) else { throw RegistryError(.notFound, "unknown check-in") }
+        let rows = try await db.query(
+            """
+            WITH made AS (
+                INSERT INTO gcm_registrations (android_id, app, subtype, token, created_at)
+                VALUES (\(id), \(app), \(subtype), \(candidate), \(at)) ON CONFLICT (android_id, app, subtype) DO NOTHING
+                RETURNING token
+            )
+            SELECT token FROM made UNION ALL
+            SELECT token FROM gcm_registrations WHERE android_id = \(id) AND app = \(app) AND subtype = \(subtype)
+            """)
+        guard let token: String = try rows.first?.require("token") else {
+            throw RegistryError(.aborted, "the registration changed meanwhile; retry")
+        }
+        return token
+    }
+
+    func deleteGCMToken(androidID: UInt64, app: String, subtype: String) async throws -> String? {
+        guard let id = Int64(exactly: androidID) else { return nil }
+        return try await db.query(
+            """
+            DELETE FROM gcm_registrations WHERE android_id = \(id) AND app = \(app) AND subtype = \(subtype) RETURNING token
+            """
+        ).first?.require("token")
+    }
+}

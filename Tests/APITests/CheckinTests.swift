@@ -1,0 +1,166 @@
+import Foundation
+import JSON
+import Testing
+import TokenRegistryTesting
+
+/// FirebaseMessaging on iOS, default token path (no FID mode): check-in, token registration, topics and delete,
+/// with the SDK's exact form fields (FIRMessagingTokenFetchOperation, FIRMessagingTopicOperation,
+/// FIRMessagingTokenDeleteOperation); and the GCM form with the protobuf check-in.
+@Suite("Register API (check-in, register, iid/register)", .enabled(if: TestDatabase.isAvailable))
+struct CheckinTests {
+    static let apnsHex = "1f2e3d4c5b6a79880123456789abcdef1f2e3d4c5b6a79880123456789abcdef"
+
+    static func form(_ fields: [(String, String)]) -> [UInt8] {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~*")
+        return Array(
+            fields.map {
+                "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"
+            }.joined(separator: "&").utf8)
+    }
+
+    func checkIn(_ s: TestService) async throws -> (id: String, secret: String) {
+        let reply = try await s.request(
+            "POST", "/checkin", headers: ["content-type": "application/json"],
+            json: [
+                "checkin": [
+                    "iosbuild": ["model": "iPhone14,2", "os_version": "IOS_17.0"], "type": 2, "user_number": 0,
+                    "last_checkin_msec": 0,
+                ],
+                "fragment": 0, "locale": "en_US", "version": 2, "digest": "", "time_zone": "Europe/Berlin",
+                "user_serial_number": 0, "id": 0, "security_token": 0,
+            ])
+        let id = try #require(reply.json?["android_id"]?.int64Value)
+        let secret = try #require(reply.json?["security_token"]?.int64Value)
+        #expect(reply.json?["version_info"]?.stringValue != nil)
+        return (String(id), String(secret))
+    }
+
+    func register(
+        _ s: TestService, _ device: (id: String, secret: String), _ i: CreatedInstallationReply,
+        extra: [(String, String)] = [], secret: String? = nil, gmpAppID: String? = nil
+    ) async throws -> Reply {
+        let overridden = Set(extra.map(\.0))
+        return try await s.request(
+            "POST", "/register",
+            headers: [
+                "Authorization": "AidLogin \(device.id):\(secret ?? device.secret)", "app": "com.example.app",
+                "x-goog-firebase-installations-auth": i.authToken, "info": "token-registry",
+                "X-firebase-client": "fire-ios/12.19.0", "X-firebase-client-log-type": "2",
+                "Content-Type": "application/x-www-form-urlencoded",
+            ],
+            body: Self.form(
+                [
+                    ("X-osv", "17.0"), ("device", device.id), ("X-scope", "*"), ("plat", "2"),
+                    ("app", "com.example.app"), ("app_ver", "1.4"), ("X-cliv", "fiid-12.19.0"),
+                    ("sender", "123456789012"), ("X-subtype", "123456789012"), ("appid", i.fid),
+                    ("apns_token", "p_" + Self.apnsHex), ("gmp_app_id", gmpAppID ?? s.ios.id),
+                ].filter { !overridden.contains($0.0) } + extra))
+    }
+
+    @Test func theIOSDefaultTokenPath() async throws {
+        try await TestService.with { s in
+            let device = try await checkIn(s)
+            let i = try await s.createInstallation(app: s.ios)
+            let registered = try await register(s, device, i)
+            #expect(registered.status == 200 && registered.text.hasPrefix("token=\(i.fid):"), "\(registered)")
+            let token = String(registered.text.dropFirst(6).prefix { $0 != "\n" })
+            // A refresh sends the same request and keeps the token.
+            #expect(try await register(s, device, i).text.hasPrefix("token=\(token)"))
+            let stored = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/registrations/\(token):sendability", headers: s.serverHeaders)
+            #expect(stored.json?["reason"]?.stringValue == "OK")
+            // Topics through /iid/register, as FIRMessagingTopicOperation sends them.
+            let topic = try await s.request(
+                "POST", "/iid/register",
+                headers: [
+                    "Authorization": "AidLogin \(device.id):\(device.secret)", "app": "com.example.app",
+                    "Content-Type": "application/x-www-form-urlencoded",
+                ],
+                body: Self.form([
+                    ("sender", token), ("app", "com.example.app"), ("device", device.id), ("app_ver", "1.4"),
+                    ("X-gcm.topic", "/topics/news"), ("X-scope", "/topics/news"),
+                ]))
+            #expect(topic.status == 200 && topic.text.hasPrefix("token="), "\(topic)")
+            let members = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/topics/news/registrations", headers: s.serverHeaders)
+            #expect(members.json?["registrations"]?.arrayValue?.first?["token"]?.stringValue == token)
+            // Delete (today's SDK: delete=true; older: X-delete=1).
+            let deleted = try await register(s, device, i, extra: [("delete", "true"), ("iid-operation", "delete")])
+            #expect(deleted.status == 200 && deleted.text.hasPrefix("deleted="), "\(deleted)")
+            #expect(try await register(s, device, i).status == 200)
+            #expect(try await register(s, device, i, extra: [("X-delete", "1")]).text.hasPrefix("deleted="))
+        }
+    }
+
+    @Test func badCredentialsAndOtherInstallationsAreRefusedInPlainText() async throws {
+        try await TestService.with { s in
+            let device = try await checkIn(s)
+            let i = try await s.createInstallation(app: s.ios)
+            let wrong = try await register(s, device, i, secret: "12345")
+            #expect(wrong.status == 401 && wrong.text.hasPrefix("Error=AUTHENTICATION_FAILED"), "\(wrong)")
+            let none = try await s.request(
+                "POST", "/register", headers: ["Content-Type": "application/x-www-form-urlencoded"],
+                body: Self.form([("app", "x")]))
+            #expect(none.status == 401 && none.text.hasPrefix("Error="))
+            #expect(try await register(s, device, i).status == 200)
+            // The check-in now acts for that installation only.
+            let other = try await s.createInstallation(app: s.ios)
+            let stolen = try await register(s, device, other)
+            #expect(stolen.status == 401 && stolen.text.hasPrefix("Error="), "\(stolen)")
+            // The appid must be the token's installation.
+            let fresh = try await checkIn(s)
+            let mismatch = try await register(s, fresh, other, extra: [("appid", i.fid)])
+            #expect(mismatch.status == 400, "\(mismatch)")
+            // Consent is the gate here too.
+            let optedOut = try await s.createInstallation(app: s.consentFirst)
+            let gated = try await register(s, try await checkIn(s), optedOut, gmpAppID: s.consentFirst.id)
+            #expect(gated.status == 400 && gated.text.hasPrefix("Error=FAILED_PRECONDITION"), "\(gated)")
+            // A deleted installation frees nothing and answers no token.
+            _ = try await s.request(
+                "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+            let gone = try await register(s, device, i)
+            #expect(gone.status == 401 && gone.text.hasPrefix("Error="), "\(gone)")
+        }
+    }
+
+    @Test func theGCMFormWithAProtobufCheckin() async throws {
+        try await TestService.with { s in
+            // AndroidCheckinRequest: checkin{type: DEVICE_CHROME_BROWSER}, version 3, user_serial_number 0.
+            let request: [UInt8] = [0x22, 0x02, 0x60, 0x03, 0x70, 0x03, 0xb0, 0x01, 0x00]
+            let reply = try await s.request(
+                "POST", "/checkin", headers: ["Content-Type": "application/x-protobuf"], body: request)
+            #expect(reply.status == 200 && reply.header("content-type") == "application/x-protobuf")
+            let body = Array(reply.raw.body)
+            // android_id (field 7) and security_token (field 8) as fixed64.
+            func fixed64(after tag: UInt8) -> UInt64? {
+                guard let at = body.firstIndex(of: tag), at + 8 < body.count else { return nil }
+                return (0..<8).reduce(UInt64(0)) { $0 | UInt64(body[at + 1 + $1]) << UInt64(8 * $1) }
+            }
+            let id = try #require(fixed64(after: 0x39))
+            let secret = try #require(fixed64(after: 0x41))
+            func register3(_ extra: [(String, String)] = []) async throws -> Reply {
+                try await s.request(
+                    "POST", "/c2dm/register3",
+                    headers: [
+                        "Authorization": "AidLogin \(id):\(secret)",
+                        "Content-Type": "application/x-www-form-urlencoded",
+                    ],
+                    body: Self.form(
+                        [
+                            ("app", "org.chromium.linux"), ("X-subtype", "wp:receiver.push.com#abc"),
+                            ("device", String(id)),
+                            ("sender", "BDOU99-h67HcA6JeFXHbSNMu7e2yNNu3RzoMj8TM4W88jITfq7ZmPvIM1Iv"),
+                        ] + extra))
+            }
+            let first = try await register3()
+            #expect(first.status == 200 && first.text.hasPrefix("token="), "\(first)")
+            #expect(try await register3().text == first.text)
+            #expect(try await register3([("delete", "true")]).text.hasPrefix("deleted="))
+            #expect(try await register3().text != first.text)
+            let garbage = try await s.request(
+                "POST", "/checkin", headers: ["Content-Type": "application/x-protobuf"], body: [0xff, 0xff, 0xff])
+            #expect(garbage.status == 400)
+        }
+    }
+}
