@@ -16,6 +16,11 @@ public struct Authenticator: Sendable {
         // 403, not 404: every Firebase SDK takes a 404 on generate-auth-token to mean "FID gone" and discards the
         // device's FID; a configuration error must never do that (Firebase answers 403 for a key that does not fit).
         guard let project = try await catalog.project(reference) else {
+            // A request with no credential at all learns nothing about which projects exist.
+            if !Authenticator.carriesCredential(context) {
+                throw APIError.unauthenticated(
+                    "credentials are required (an API key, an installation token or a server key)")
+            }
             throw APIError.permissionDenied("project \(reference.prefix(64)) not found, or not accessible")
         }
         return project
@@ -40,6 +45,13 @@ public struct Authenticator: Sendable {
         if let key = context.header("x-goog-api-key") ?? context.request.query("key"), !key.isEmpty {
             _ = try await app(context, project: project)
         }
+    }
+
+    /// True when the request carries any credential: an API key, an `Authorization` header or an installation token.
+    static func carriesCredential(_ context: RequestContext) -> Bool {
+        ["authorization", "x-goog-api-key", "x-goog-firebase-installations-auth"].contains {
+            !(context.header($0) ?? "").isEmpty
+        } || !(context.request.query("key") ?? "").isEmpty
     }
 
     /// True when the request carries a server key (`Authorization: Bearer …`).

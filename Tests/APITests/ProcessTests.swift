@@ -80,6 +80,37 @@ struct ProcessTests {
         }
     }
 
+    @Test func appsKeepTheirFirebaseIdentitiesFromTheCommandLine() async throws {
+        let url = try await TestDatabase.create()
+        defer { Task { await TestDatabase.drop(url) } }
+        let env = ["DATABASE_URL": url]
+        _ = try await ServiceProcess.command(
+            ["project", "create", "--id", "cli-proj", "--number", "4711"], environment: env)
+        let output = try await ServiceProcess.command(
+            [
+                "app", "create", "--project", "cli-proj", "--platform", "android", "--app-id",
+                "1:4711:android:00aa11bb22cc33dd", "--api-key", "AIzaSyA-existing-android-key-0123456789",
+                "--web-origin",
+                "https://a.example", "--web-origin", "HTTP://LOCALHOST:5173",
+            ], environment: env)
+        let app = try JSONParser.parse(output)
+        #expect(app["appId"]?.stringValue == "1:4711:android:00aa11bb22cc33dd", "\(output)")
+        #expect(app["apiKey"]?.stringValue == "AIzaSyA-existing-android-key-0123456789")
+        #expect(
+            app["webOrigins"]?.arrayValue?.compactMap(\.stringValue) == ["https://a.example", "http://localhost:5173"])
+        await #expect(throws: (any Error).self) {
+            try await ServiceProcess.command(
+                ["app", "create", "--project", "cli-proj", "--platform", "web", "--app-id", "1:999:web:00"],
+                environment: env)
+        }
+        let account = try JSONParser.parse(
+            try await ServiceProcess.command(
+                ["serviceaccount", "create", "--project", "cli-proj", "--base-url", "https://registry.example"],
+                environment: env))
+        #expect(account["type"]?.stringValue == "service_account" && account["project_id"]?.stringValue == "cli-proj")
+        #expect(account["token_uri"]?.stringValue == "https://registry.example/token")
+    }
+
     @Test func invalidConfigurationStopsStartUpNamingTheVariable() async throws {
         let service = try ServiceProcess(environment: ["DATABASE_URL": "host=/nonexistent", "MAX_BODY_BYTES": "lots"])
         #expect(try await service.waitForExit() == 2)

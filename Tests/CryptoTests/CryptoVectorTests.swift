@@ -93,3 +93,28 @@ struct CryptoVectorTests {
         #expect(key.publicKey.jwkJSON(kid: "k1").contains("\"crv\":\"P-256\""))
     }
 }
+
+@Suite("RS256")
+struct RS256Tests {
+    @Test func signsVerifiesAndRoundTripsThroughPEM() throws {
+        let key = try RSAKey.generate()
+        let message = Array("header.payload".utf8)
+        let signature = try key.sign(message)
+        #expect(signature.count == 256)
+        let publicKey = try RSAKey(pem: try key.publicPEM())
+        #expect(!publicKey.isPrivate && publicKey.verify(signature: signature, for: message))
+        #expect(!publicKey.verify(signature: signature, for: Array("header.payloaD".utf8)))
+        var tampered = signature
+        tampered[0] ^= 1
+        #expect(!publicKey.verify(signature: tampered, for: message))
+        let reloaded = try RSAKey(pem: try key.privatePEM())
+        let again = try reloaded.sign(message)
+        #expect(reloaded.isPrivate && publicKey.verify(signature: again, for: message))
+        #expect(try key.privatePEM().hasPrefix("-----BEGIN PRIVATE KEY-----"))
+        #expect(throws: CryptoError.self) {
+            try RSAKey(pem: "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----")
+        }
+        // An EC key is not an RSA key.
+        #expect(throws: CryptoError.self) { try RSAKey(pem: try ES256PrivateKey.generate().pemRepresentation()) }
+    }
+}

@@ -63,8 +63,14 @@ struct CheckinController: Sendable {
             }
         } else {
             let body = try context.jsonObject(allowEmpty: true)
-            androidID = Self.unsigned(body["id"])
-            securityToken = Self.unsigned(body["security_token"])
+            if let checkin = body["checkin"], checkin.objectValue == nil {
+                throw APIError.invalid("checkin: must be an object, not \(checkin.typeName)")
+            }
+            for field in ["id", "security_token"] where body[field] != nil && Self.unsigned(body[field]) == nil {
+                throw APIError.invalid("\(field): must be a whole number from 0 to 2^63-1")
+            }
+            androidID = Self.unsigned(body["id"]).flatMap { $0 == 0 ? nil : $0 }
+            securityToken = Self.unsigned(body["security_token"]).flatMap { $0 == 0 ? nil : $0 }
         }
         let checkin: DeviceCheckin
         do {
@@ -90,10 +96,18 @@ struct CheckinController: Sendable {
         ])
     }
 
-    /// A check-in identity as a number or a decimal string (JSON clients send either); 0 means none.
+    /// A check-in identity as a whole number (`12`, `12.0`) or a decimal string (JSON clients send either), from 0 to
+    /// 2^63-1; nil for anything else.
     static func unsigned(_ value: JSONValue?) -> UInt64? {
-        if let n = value?.int64Value, n > 0 { return UInt64(n) }
-        if let text = value?.stringValue, let n = UInt64(text), n > 0 { return n }
+        if let n = value?.int64Value { return n >= 0 ? UInt64(n) : nil }
+        if case let .number(text)? = value, let double = Double(text), double >= 0, double < 9.223372036854775807e18,
+            double.rounded() == double
+        {
+            return UInt64(double)
+        }
+        if let text = value?.stringValue, text.utf8.count <= 19, let n = UInt64(text), n <= UInt64(Int64.max) {
+            return n
+        }
         return nil
     }
 
