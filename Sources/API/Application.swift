@@ -15,6 +15,7 @@ public final class Application: Sendable {
     public let metrics = Metrics()
     let routes: Routes
     let cors: CORS
+    let gaugeCache = GaugeCache()
     private let draining = Atomic<Bool>(false)
     private let server = Mutex<HTTPServer?>(nil)
     private let background = Mutex<[Task<Void, Never>]>([])
@@ -64,7 +65,7 @@ public final class Application: Sendable {
                 ratePerSecond: configuration.createRatePerKey, burst: configuration.createRatePerKey * 2),
             perAddress: RateLimiter(
                 ratePerSecond: configuration.createRatePerAddress, burst: configuration.createRatePerAddress * 2),
-            trustForwardedFor: configuration.trustForwardedFor)
+            trustedProxyHops: configuration.trustedProxyHops)
         InstallationsController(auth: auth, installations: s.installations, catalog: s.catalog, createLimits: limits)
             .register(&routes)
         ConsentController(auth: auth, installations: s.installations, consent: s.consent).register(&routes)
@@ -90,6 +91,7 @@ public final class Application: Sendable {
         var routes = self.routes
         OpsController(
             health: services.health, tokens: services.tokens, metrics: metrics, jobs: services.jobs,
+            gauges: gaugeCache, metricsToken: configuration.metricsToken,
             draining: { [weak self] in self?.draining.load(ordering: .relaxed) ?? true },
             serverGauges: { [weak self] in self?.serverGauges() ?? [] }
         ).register(&routes)

@@ -24,8 +24,10 @@ public struct Configuration: Sendable {
     /// Installation creates per second, per API key and per client address (bursts of twice that).
     public var createRatePerKey = 500.0
     public var createRatePerAddress = 100.0
-    /// Take the client address from the first `X-Forwarded-For` entry (only behind a trusted proxy).
-    public var trustForwardedFor = false
+    /// Proxies in front of the service that append the client's address to `X-Forwarded-For`; 0 takes the socket's.
+    public var trustedProxyHops = 0
+    /// When set, `GET /metrics` requires `Authorization: Bearer <token>`.
+    public var metricsToken: String?
     /// Days without a refresh after which a registration is stale (still targeted) and expired (no longer targeted).
     public var staleDays = 30.0
     public var expireDays = 270.0
@@ -78,7 +80,18 @@ public struct Configuration: Sendable {
         c.createRatePerKey = Double(try reader.int("RATE_LIMIT_CREATE_PER_KEY", default: 500, range: 0...1_000_000))
         c.createRatePerAddress = Double(
             try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))
-        c.trustForwardedFor = try reader.bool("TRUST_FORWARDED_FOR", default: false)
+        if env["TRUST_FORWARDED_FOR"] != nil {
+            throw ConfigurationError(
+                variable: "TRUST_FORWARDED_FOR",
+                problem: "was replaced by TRUSTED_PROXY_HOPS (the number of proxies in front; 1 behind one load balancer)")
+        }
+        c.trustedProxyHops = try reader.int("TRUSTED_PROXY_HOPS", default: 0, range: 0...16)
+        if let token = env["METRICS_TOKEN"], !token.isEmpty {
+            guard token.utf8.count >= 16, token.utf8.count <= 256, !token.contains(" ") else {
+                throw ConfigurationError(variable: "METRICS_TOKEN", problem: "must be 16-256 characters without spaces")
+            }
+            c.metricsToken = token
+        }
         c.staleDays = Double(try reader.int("STALE_AFTER_DAYS", default: 30, range: 1...3650))
         c.expireDays = Double(try reader.int("EXPIRE_AFTER_DAYS", default: 270, range: 1...3650))
         c.deletionPolicy.backoffBase = Double(

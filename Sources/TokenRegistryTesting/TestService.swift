@@ -23,9 +23,11 @@ public struct TestService: Sendable {
     public let consentFirst: App
 
     /// Runs `body` against a fresh service; shuts it down and drops the database afterwards.
+    ///
+    /// - Parameter logger: the service's logger (default: errors only, to standard output).
     public static func with(
         configure: (inout Configuration) -> Void = { _ in }, clock: any Clock = SystemClock(),
-        _ body: (TestService) async throws -> Void
+        logger: Logger = Logger(level: .error), _ body: (TestService) async throws -> Void
     ) async throws {
         let conninfo = try await TestDatabase.create()
         var configuration = Configuration(http: .init(host: "127.0.0.1", port: 0, eventLoops: 2))
@@ -38,7 +40,7 @@ public struct TestService: Sendable {
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
         let app = try await Application.build(
             configuration: configuration, stores: PostgresRegistry.stores(pool: pool), clock: clock,
-            logger: Logger(level: .error))
+            logger: logger)
         let service = try await TestService.seed(
             app: app, pool: pool, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
         do {

@@ -12,7 +12,8 @@ struct InstallationsController {
     struct CreateLimits: Sendable {
         let perKey: RateLimiter
         let perAddress: RateLimiter
-        let trustForwardedFor: Bool
+        /// Proxies in front of the service that append to `X-Forwarded-For` (0: take the socket's address).
+        let trustedProxyHops: Int
     }
 
     func register(_ routes: inout Routes) {
@@ -102,18 +103,31 @@ struct InstallationsController {
         throw APIError.notFound("installation \(fid) not found")
     }
 
+    /// The per-address limit first; the per-key bucket is charged only for requests that pass it, so one address
+    /// flooding creates cannot starve every other device of the app.
     private func limit(_ context: RequestContext, apiKey: String) throws {
-        var address = String(context.request.remoteAddress.split(separator: ":").first ?? "")
-        if createLimits.trustForwardedFor,
-            let forwarded = context.header("x-forwarded-for")?.split(separator: ",").first
-        {
-            address = forwarded.trimmingCharacters(in: " ")
-        }
-        let wait = createLimits.perKey.acquire(apiKey) ?? createLimits.perAddress.acquire(address)
-        if let wait {
+        let address = ClientAddress.of(context.request, trustedProxyHops: createLimits.trustedProxyHops)
+        if let wait = createLimits.perAddress.acquire(address) ?? createLimits.perKey.acquire(apiKey) {
             var error = APIError(429, "RESOURCE_EXHAUSTED", "too many installations created; retry after \(wait) s")
             error.headers.add(name: "retry-after", value: String(wait))
             throw error
         }
+    }
+}
+
+/// The client's address, as the socket saw it or as trusted proxies recorded it.
+enum ClientAddress {
+    /// With `trustedProxyHops` = N > 0, the Nth `X-Forwarded-For` entry from the right: the one the outermost
+    /// trusted proxy wrote (entries to its left are client-written and may be forged). A request with fewer entries
+    /// than that did not come through the proxies: the socket's address counts.
+    static func of(_ request: HTTPRequest, trustedProxyHops: Int) -> String {
+        let socket = String(request.remoteAddress.split(separator: ":").first ?? "")
+        guard trustedProxyHops > 0 else { return socket }
+        let entries = request.headers.values("x-forwarded-for").flatMap { $0.split(separator: ",") }.map {
+            $0.trimmingCharacters(in: " \t")
+        }
+        guard entries.count >= trustedProxyHops else { return socket }
+        let entry = entries[entries.count - trustedProxyHops]
+        return entry.isEmpty || entry.utf8.count > 64 ? socket : entry
     }
 }

@@ -1,7 +1,22 @@
+import Crypto
 import HTTP
 import JSON
 import Registry
 import Synchronization
+
+/// The gauges read from the database for `/metrics`, kept for a few seconds: scrapes, however frequent and from
+/// however many scrapers, cost the database at most one round of aggregate queries per interval.
+final class GaugeCache: Sendable {
+    static let ttl: Duration = .seconds(5)
+    private let cached = Mutex<(at: ContinuousClock.Instant, lines: [String])?>(nil)
+
+    func lines(_ load: () async -> [String]) async -> [String] {
+        if let hit = cached.withLock({ $0 }), ContinuousClock.now - hit.at < GaugeCache.ttl { return hit.lines }
+        let lines = await load()
+        cached.withLock { $0 = (.now, lines) }
+        return lines
+    }
+}
 
 /// Health, readiness, metrics, the JWKS of auth-token keys and the OpenAPI document. No authentication.
 struct OpsController: Sendable {
@@ -9,6 +24,9 @@ struct OpsController: Sendable {
     let tokens: TokenIssuer
     let metrics: Metrics
     let jobs: Jobs
+    let gauges: GaugeCache
+    /// When set, `/metrics` requires it as a bearer token.
+    let metricsToken: String?
     let draining: @Sendable () -> Bool
     let serverGauges: @Sendable () -> [String]
 
@@ -38,13 +56,25 @@ struct OpsController: Sendable {
     }
 
     func metricsText(_ context: RequestContext) async throws -> HTTPResponse {
+        if let metricsToken {
+            let given = Authenticator.serverKey(context) ?? ""
+            guard ConstantTime.equals(SHA256.hash(given), SHA256.hash(metricsToken)) else {
+                var refused = APIError.unauthenticated("Authorization: Bearer <METRICS_TOKEN> is required")
+                refused.headers.add(name: "www-authenticate", value: "Bearer")
+                throw refused
+            }
+        }
         let connections = health.connections
         var extra = serverGauges()
         extra += PrometheusText.connectionGauges(
             inUse: connections.inUse, idle: connections.idle, waiting: connections.waiting)
         // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
-        if let gauges = try? await jobs.gauges() { extra += PrometheusText.registryGauges(gauges) }
-        if let skew = try? await jobs.clock.skew() { extra += PrometheusText.clockSkew(skew) }
+        extra += await gauges.lines {
+            var lines: [String] = []
+            if let gauges = try? await jobs.gauges() { lines += PrometheusText.registryGauges(gauges) }
+            if let skew = try? await jobs.clock.skew() { lines += PrometheusText.clockSkew(skew) }
+            return lines
+        }
         return HTTPResponse(
             status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render(extra: extra))
     }

@@ -1,0 +1,144 @@
+import Foundation
+import HTTP
+import Postgres
+import JSON
+import Synchronization
+import Testing
+import TokenRegistryTesting
+
+@testable import API
+@testable import RegistryPostgres
+
+/// What an attacker or a careless operator could do, and no longer can (docs/security.md).
+@Suite("Security", .enabled(if: TestDatabase.isAvailable))
+struct SecurityTests {
+    @Test func metricsAreBoundedAndCanBePrivate() async throws {
+        try await TestService.with(configure: { $0.metricsToken = "metrics-secret-0123456789" }) { s in
+            #expect(try await s.request("GET", "/metrics").status == 401)
+            #expect(try await s.request("GET", "/metrics", headers: ["Authorization": "Bearer wrong-token"]).status == 401)
+            // Methods outside the standard set are one label; they never become label values.
+            for n in 0..<20 {
+                _ = try await s.request("X\(n)" + String(repeating: "Y", count: 500), "/healthz")
+            }
+            let metrics = try await s.request(
+                "GET", "/metrics", headers: ["Authorization": "Bearer metrics-secret-0123456789"])
+            #expect(metrics.status == 200)
+            #expect(metrics.text.contains("method=\"OTHER\""))
+            #expect(!metrics.text.contains("YYYY"))
+            #expect(metrics.text.contains("route=\"unmatched\"") || metrics.text.contains("/healthz"))
+        }
+    }
+
+    @Test func oneAddressCannotStarveAnAppsInstalls() async throws {
+        try await TestService.with(configure: {
+            $0.createRatePerAddress = 5
+            $0.createRatePerKey = 20
+            $0.trustedProxyHops = 1
+        }) { s in
+            func create(from address: String) async throws -> Int {
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/installations",
+                    headers: ["x-goog-api-key": s.web.apiKey, "X-Forwarded-For": "6.6.6.6, \(address)"],
+                    json: ["fid": "", "authVersion": "FIS_v2", "appId": .string(s.web.id)]
+                ).status
+            }
+            // One address floods: it is refused once its own bucket (burst 10) is empty...
+            var refused = 0
+            for _ in 0..<60 where try await create(from: "10.0.0.1") == 429 { refused += 1 }
+            #expect(refused >= 45)
+            // ...and the app's per-key bucket was charged only for what passed, so other devices still get in.
+            for n in 2..<12 { #expect(try await create(from: "10.0.0.\(n)") == 200) }
+        }
+    }
+
+    @Test func theClientAddressIsTheOneTheTrustedProxyWrote() {
+        func address(_ forwarded: String?, hops: Int) -> String {
+            var request = HTTPRequest(method: "GET", target: "/")
+            request.remoteAddress = "127.0.0.1:5000"
+            if let forwarded { request.headers.add(name: "X-Forwarded-For", value: forwarded) }
+            return ClientAddress.of(request, trustedProxyHops: hops)
+        }
+        #expect(address("1.2.3.4", hops: 0) == "127.0.0.1")
+        #expect(address("forged, 1.2.3.4", hops: 1) == "1.2.3.4")
+        #expect(address("forged, 1.2.3.4, 10.0.0.2", hops: 2) == "1.2.3.4")
+        #expect(address(nil, hops: 1) == "127.0.0.1")
+        #expect(address("1.2.3.4", hops: 2) == "127.0.0.1")
+    }
+
+    @Test func theRateLimitersMemoryIsBounded() {
+        let limiter = RateLimiter(ratePerSecond: 1, burst: 2, capacity: 100)
+        for n in 0..<10_000 { _ = limiter.acquire("address-\(n)", now: 1000) }
+        #expect(limiter.keys <= 200)
+        // A key keeps its state across one rotation.
+        #expect(limiter.acquire("k", now: 2000) == nil)
+        #expect(limiter.acquire("k", now: 2000) == nil)
+        #expect(limiter.acquire("k", now: 2000) != nil)
+        #expect(limiter.acquire("k", now: 2000.5) != nil)
+    }
+}
+
+/// Everything the service logs, kept in memory.
+final class LogCapture: Sendable {
+    let lines = Mutex<[String]>([])
+    var text: String { lines.withLock { $0.joined() } }
+    var logger: Logger {
+        Logger(level: .debug) { [self] bytes in lines.withLock { $0.append(String(decoding: bytes, as: UTF8.self)) } }
+    }
+}
+
+@Suite("No secret in the logs", .enabled(if: TestDatabase.isAvailable))
+struct LogSecrecyTests {
+    @Test func aFullFlowAtDebugLogsNoneOfTheSecretsItMinted() async throws {
+        let capture = LogCapture()
+        var secrets: [String] = []
+        try await TestService.with(logger: capture.logger) { s in
+            secrets.append(s.serverKey)
+            let i = try await s.createInstallation()
+            secrets += [i.refreshToken, i.authToken]
+            let fis = ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"]
+            let registered = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/registrations", headers: fis, json: RegistrationsTests.webBody)
+            let token = try #require(registered.json?["token"]?.stringValue)
+            secrets.append(token)
+            _ = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/registrations/\(token)/topicSubscriptions?topicName=news",
+                headers: s.serverHeaders, json: [:])
+            _ = try await s.request("GET", "/v1/projects/\(s.project.id)/registrations/\(token):sendability", headers: s.serverHeaders)
+            let linked = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/linkedServices", headers: s.serverHeaders,
+                json: ["name": "crm", "endpoint": "https://crm.example/hook"])
+            secrets.append(try #require(linked.json?["secret"]?.stringValue))
+            let refresh = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(i.fid)/authTokens:generate",
+                headers: ["Authorization": "FIS_v2 \(i.refreshToken)", "x-goog-api-key": s.web.apiKey])
+            secrets.append(try #require(refresh.json?["token"]?.stringValue))
+            // Failures too: bad credentials, a bad token in a path, a 404.
+            _ = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(i.fid)/authTokens:generate",
+                headers: ["Authorization": "FIS_v2 \(i.refreshToken)x"])
+            _ = try await s.request("GET", "/iid/info/\(token)x", headers: s.serverHeaders)
+            _ = try await s.request(
+                "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+        }
+        let log = capture.text
+        #expect(log.contains("\"msg\":\"request\""), "the flow was logged at all")
+        for secret in secrets { #expect(!log.contains(secret), "a secret appeared in the log: \(secret.prefix(8))…") }
+    }
+}
+
+@Suite("Database errors at the store's edge")
+struct DatabaseErrorRedactionTests {
+    @Test func detailLinesNeverLeaveTheStore() {
+        let error = PostgresError(
+            .server, sqlState: "23505",
+            message: "ERROR:  duplicate key value violates unique constraint \"registrations_token\"\n"
+                + "DETAIL:  Key (project_id, token)=(demo-proj, dIsVQ2QVRT:APA91b-secret-token) already exists.")
+        let translated = Database.translate(error)
+        #expect(!translated.description.contains("secret-token"))
+        let other = Database.translate(
+            PostgresError(
+                .server, sqlState: "XX000", message: "ERROR:  boom\nDETAIL:  Key (token)=(another-secret) is bad"))
+        #expect(other.kind == .internal && !other.description.contains("another-secret"))
+        #expect(other.description.contains("boom"))
+    }
+}
