@@ -95,8 +95,13 @@ public protocol DeletionStore: Sendable {
     /// - Returns: false when the project already has a service of that name.
     func addLinkedService(projectID: String, service: LinkedService, secret: String) async throws -> Bool
     func linkedServices(projectID: String) async throws -> [LinkedService]
-    /// Removes a service and its unconfirmed deliveries; a deletion left with none pending completes at `at`.
+    /// Removes a service; its unconfirmed deliveries become `abandoned`, and a deletion left with none open
+    /// completes at `at`.
     func removeLinkedService(projectID: String, name: String, at: Date) async throws -> Bool
+    /// The secrets a service's signatures may be made with at `at` (current first); nil for no such service.
+    func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> [String]?
+    /// Replaces a service's secret; the old one stays valid until `previousUntil`. False for no such service.
+    func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool
     /// The live deletion record of a FID, or the purged one known by its hash.
     func deletion(projectID: String, fid: String, fidHash: [UInt8]) async throws -> DeletionRecord?
     /// Records in the given state at `now`, in id order after `afterID`.
@@ -156,6 +161,11 @@ public struct DeletionService: Sendable {
         return bytes.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == UInt8(ascii: "-") }
     }
 
+    /// How long a rotated-out secret keeps signing and verifying.
+    public static let secretOverlap: TimeInterval = 86_400
+
+    static func newSecret() throws -> String { "whsec_" + Base64URL.encode(try SecureRandom.bytes(32)) }
+
     /// Registers a service; returns it and its signing secret (shown once).
     public func addLinkedService(projectID: String, name: String, endpoint: String) async throws -> (
         LinkedService, String
@@ -169,7 +179,7 @@ public struct DeletionService: Sendable {
         if let allowed = policy.allowedHosts, !allowed.contains(host.lowercased()) {
             throw RegistryError.invalid("endpoint", "host \(host) is not in LINKED_SERVICE_HOSTS")
         }
-        let secret = "whsec_" + Base64URL.encode(try SecureRandom.bytes(32))
+        let secret = try DeletionService.newSecret()
         let service = LinkedService(name: name, endpoint: endpoint, createdAt: clock.now())
         guard try await store.addLinkedService(projectID: projectID, service: service, secret: secret) else {
             throw RegistryError(.alreadyExists, "linked service \(name) already exists")
@@ -181,7 +191,19 @@ public struct DeletionService: Sendable {
         try await store.linkedServices(projectID: projectID)
     }
 
-    /// Removes a service; its pending deliveries are dropped (it no longer holds data to delete).
+    /// A new secret for a service (shown once). For ``secretOverlap`` the old one keeps working: notices carry
+    /// both signatures and acknowledgements may use either; deliveries under way are kept.
+    ///
+    /// - Returns: the new secret and until when the old one works; nil for no such service.
+    public func rotateSecret(projectID: String, name: String) async throws -> (secret: String, previousUntil: Date)? {
+        let secret = try DeletionService.newSecret()
+        let until = clock.now().addingTimeInterval(DeletionService.secretOverlap)
+        guard try await store.rotateSecret(projectID: projectID, name: name, secret: secret, previousUntil: until)
+        else { return nil }
+        return (secret, until)
+    }
+
+    /// Removes a service; its open deliveries read `abandoned` (it will not confirm them).
     public func removeLinkedService(projectID: String, name: String) async throws -> Bool {
         try await store.removeLinkedService(projectID: projectID, name: name, at: clock.now())
     }
@@ -204,8 +226,27 @@ public struct DeletionService: Sendable {
             .map { DeletionReceipt($0, at: now) }
     }
 
-    /// A service confirms, after answering 202, that it deleted the installation's data.
-    public func acknowledge(projectID: String, fid: String, service: String) async throws -> Bool {
-        try await store.acknowledge(projectID: projectID, fid: fid, service: service, at: clock.now())
+    /// A service confirms, after answering 202, that it deleted the installation's data. The confirmation is the
+    /// service's own word: signed with its secret (``WebhookSignature``), never a server key's.
+    ///
+    /// - Parameters:
+    ///   - signature: the request's `Registry-Signature` header.
+    ///   - body: the request's raw body, as signed.
+    /// - Returns: false when no delivery of this deletion to the service is on record.
+    /// - Throws: `.unauthenticated` when the signature is missing, stale or not the service's.
+    public func acknowledge(projectID: String, fid: String, service: String, signature: String?, body: [UInt8])
+        async throws -> Bool
+    {
+        let now = clock.now()
+        guard let signature,
+            let secrets = try await store.linkedServiceSecrets(projectID: projectID, name: service, at: now),
+            WebhookSignature.verify(
+                header: signature, secrets: secrets, body: body, now: Int64(Date().timeIntervalSince1970))
+        else {
+            throw RegistryError(
+                .unauthenticated,
+                "an acknowledgement must carry Registry-Signature: t=<unix seconds>,v1=<HMAC-SHA256 with the service's secret of \"<t>.<body>\">, made within 5 minutes")
+        }
+        return try await store.acknowledge(projectID: projectID, fid: fid, service: service, at: now)
     }
 }

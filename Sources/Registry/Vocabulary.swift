@@ -30,6 +30,11 @@ public enum DeliveryState: String, Sendable {
     case acknowledged
     /// Past the deadline and purged without the service's confirmation (overdue receipts).
     case unacknowledged
+    /// The service was removed before it confirmed: nobody will (never shown as confirmed).
+    case abandoned
+
+    /// Whether nothing more will happen to the delivery.
+    public var isFinal: Bool { self == .acknowledged || self == .abandoned }
 }
 
 /// Where a deletion stands, as its receipt says.

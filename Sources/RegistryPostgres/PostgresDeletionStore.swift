@@ -38,9 +38,10 @@ struct PostgresDeletionStore: DeletionStore {
             guard removed.affectedRows == 1 else { return false }
             let affected = try await c.query(
                 """
-                DELETE FROM deletion_deliveries d USING deletions del
+                UPDATE deletion_deliveries d SET state = \(DeliveryState.abandoned.rawValue)
+                FROM deletions del
                 WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND d.service = \(name)
-                  AND d.state <> \(DeliveryState.acknowledged.rawValue)
+                  AND d.state IN (\(DeliveryState.pending.rawValue), \(DeliveryState.accepted.rawValue))
                 RETURNING d.deletion_id
                 """)
             for row in affected {
@@ -50,14 +51,35 @@ struct PostgresDeletionStore: DeletionStore {
         }
     }
 
-    /// Completes a deletion once no delivery of it is unconfirmed.
+    /// Completes a deletion once no delivery of it is open (each acknowledged or abandoned).
     static func completeIfDone(_ id: Int64, at: Date, on c: PostgresConnection) async throws {
         try await c.query(
             """
             UPDATE deletions SET completed_at = \(at) WHERE id = \(id) AND completed_at IS NULL
             AND NOT EXISTS (SELECT 1 FROM deletion_deliveries WHERE deletion_id = \(id)
-                AND state <> \(DeliveryState.acknowledged.rawValue))
+                AND state IN (\(DeliveryState.pending.rawValue), \(DeliveryState.accepted.rawValue)))
             """)
+    }
+
+    func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> [String]? {
+        guard
+            let row = try await db.query(
+                """
+                SELECT secret, CASE WHEN previous_secret_until > \(at) THEN previous_secret END AS previous
+                FROM linked_services WHERE project_id = \(projectID) AND name = \(name)
+                """
+            ).first
+        else { return nil }
+        return [try row.require("secret")] + [try row.decode("previous", as: String.self)].compactMap { $0 }
+    }
+
+    func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool {
+        try await db.query(
+            """
+            UPDATE linked_services SET previous_secret = secret, previous_secret_until = \(previousUntil), secret = \(secret)
+            WHERE project_id = \(projectID) AND name = \(name)
+            """
+        ).affectedRows == 1
     }
 
     // MARK: - Records

@@ -18,7 +18,8 @@ struct PostgresDeliveryStore: DeliveryStore {
                 FROM due WHERE d.deletion_id = due.deletion_id AND d.service = due.service
                 RETURNING d.deletion_id, d.service, d.delivery_id, d.attempts
             )
-            SELECT c.*, del.project_id, del.fid, del.reason, del.requested_at, del.deadline, ls.endpoint, ls.secret
+            SELECT c.*, del.project_id, del.fid, del.reason, del.requested_at, del.deadline, ls.endpoint, ls.secret,
+                CASE WHEN ls.previous_secret_until > \(now) THEN ls.previous_secret END AS previous_secret
             FROM claimed c JOIN deletions del ON del.id = c.deletion_id
             JOIN linked_services ls ON ls.project_id = del.project_id AND ls.name = c.service
             """
@@ -26,7 +27,8 @@ struct PostgresDeliveryStore: DeliveryStore {
             ClaimedDelivery(
                 deletionID: try row.require("deletion_id"), service: try row.require("service"),
                 deliveryID: try row.require("delivery_id"), attempts: try row.require("attempts"),
-                endpoint: try row.require("endpoint"), secret: try row.require("secret"),
+                endpoint: try row.require("endpoint"),
+                secrets: [try row.require("secret")] + [try row.decode("previous_secret", as: String.self)].compactMap { $0 },
                 projectID: try row.require("project_id"), fid: try row.require("fid"),
                 reason: try row.require("reason", as: DeletionReason.self),
                 requestedAt: try row.require("requested_at"),

@@ -19,7 +19,7 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 SELECT del.id, del.project_id, del.fid_hmac, del.reason, del.requested_at, del.deadline,
                        array_agg(d.service ORDER BY d.service), \(now)
                 FROM deletions del JOIN deletion_deliveries d ON d.deletion_id = del.id
-                    AND d.state <> \(DeliveryState.acknowledged.rawValue)
+                    AND d.state IN (\(DeliveryState.pending.rawValue), \(DeliveryState.accepted.rawValue))
                 WHERE del.deadline <= \(now) GROUP BY del.id
                 ON CONFLICT DO NOTHING
                 """)

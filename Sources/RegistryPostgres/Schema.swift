@@ -23,6 +23,9 @@ public enum Schema {
             sql: String(decoding: PackageResources.m007_service_accounts_sql, as: UTF8.self)),
         Migration(
             version: 8, name: "checkins", sql: String(decoding: PackageResources.m008_checkins_sql, as: UTF8.self)),
+        Migration(
+            version: 9, name: "linked_service_security",
+            sql: String(decoding: PackageResources.m009_linked_service_security_sql, as: UTF8.self)),
     ]
 
     public static var migrator: Migrator { Migrator(migrations: migrations) }

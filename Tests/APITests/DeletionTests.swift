@@ -34,16 +34,10 @@ final class Receiver: Sendable {
         self.state = state
         server = HTTPServer(configuration: .init(host: "127.0.0.1", port: 0, eventLoops: 1)) { request in
             let header = request.headers["registry-signature"] ?? ""
-            var parts: [String: String] = [:]
-            for part in header.split(separator: ",") {
-                let kv = part.split(separator: "=", maxSplits: 1)
-                if kv.count == 2 { parts[String(kv[0])] = String(kv[1]) }
-            }
             let key = state.secret.withLock { $0 }
-            let expected = Hex.encode(
-                HMACSHA256.authenticate(Array("\(parts["t"] ?? "").".utf8) + request.body, key: Array(key.utf8)))
-            let notice = Notice(
-                body: (try? JSONParser.parse(request.body)) ?? .null, signatureValid: parts["v1"] == expected)
+            let valid = WebhookSignature.verify(
+                header: header, secrets: [key], body: request.body, now: Int64(Date().timeIntervalSince1970))
+            let notice = Notice(body: (try? JSONParser.parse(request.body)) ?? .null, signatureValid: valid)
             state.notices.withLock { $0.append(notice) }
             let status = state.script.withLock { s -> Int in s.isEmpty ? 200 : s.removeFirst() }
             return HTTPResponse(status: status, contentType: "application/json", body: "{}")
@@ -116,15 +110,24 @@ struct DeletionTests {
             #expect(
                 try await s.request("GET", receipt, headers: s.serverHeaders).json?["services"]?.arrayValue?.first?[
                     "state"]?.stringValue == "accepted")
-            #expect(
-                try await s.request(
-                    "POST", "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/crm", headers: s.serverHeaders
-                ).status == 200)
+            // The server key alone cannot acknowledge for a service: only the service's own signature can.
+            let ack = "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/crm"
+            #expect(try await s.request("POST", ack, headers: s.serverHeaders).status == 401)
+            let body = Array("{\"deleted\":true}".utf8)
+            let now = Int64(Date().timeIntervalSince1970)
+            let secret = receiver.state.secret.withLock { $0 }
+            let stale = WebhookSignature.header(secrets: [secret], timestamp: now - 301, body: body)
+            #expect(try await s.request("POST", ack, headers: ["Registry-Signature": stale], body: body).status == 401)
+            let forged = WebhookSignature.header(secrets: ["not-the-secret"], timestamp: now, body: body)
+            #expect(try await s.request("POST", ack, headers: ["Registry-Signature": forged], body: body).status == 401)
+            let signed = WebhookSignature.header(secrets: [secret], timestamp: now, body: body)
+            #expect(try await s.request("POST", ack, headers: ["Registry-Signature": signed], body: body).status == 200)
             #expect(try await s.request("GET", receipt, headers: s.serverHeaders).json?["state"]?.stringValue == "done")
             #expect(
                 try await s.request(
-                    "POST", "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/nope", headers: s.serverHeaders
-                ).status == 404)
+                    "POST", "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/nope",
+                    headers: ["Registry-Signature": signed], body: body
+                ).status == 401)
         }
         await receiver.server.shutdown(drainTimeout: 1)
     }

@@ -77,7 +77,7 @@ struct DomainServiceTests {
     @Test(arguments: StoreKind.available)
     func deletionStatesFollowDeliveriesAndTheDeadline(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
-            _ = try await f.services.deletions.addLinkedService(
+            let (_, crmSecret) = try await f.services.deletions.addLinkedService(
                 projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
             _ = try await f.services.deletions.addLinkedService(
                 projectID: f.project.id, name: "mail", endpoint: "https://mail.example/hook")
@@ -94,7 +94,16 @@ struct DomainServiceTests {
             f.transport.answer("https://crm.example/hook", .status(202), .status(202))
             f.transport.answer("https://mail.example/hook", .status(500), .status(500))
             #expect(try await f.services.jobs.deliverDue() == 4)
-            #expect(try await f.services.deletions.acknowledge(projectID: f.project.id, fid: acked.fid, service: "crm"))
+            await #expect(throws: RegistryError.self) {
+                _ = try await f.services.deletions.acknowledge(
+                    projectID: f.project.id, fid: acked.fid, service: "crm", signature: nil, body: [])
+            }
+            let ack = Array("{}".utf8)
+            let signed = WebhookSignature.header(
+                secrets: [crmSecret], timestamp: Int64(Date().timeIntervalSince1970), body: ack)
+            #expect(
+                try await f.services.deletions.acknowledge(
+                    projectID: f.project.id, fid: acked.fid, service: "crm", signature: signed, body: ack))
             let pending = try #require(try await f.services.deletions.receipt(projectID: f.project.id, fid: acked.fid))
             #expect(pending.services.map(\.state) == [.acknowledged, .pending])
             #expect(pending.services[1].lastError == "HTTP 500" && pending.services[1].attempts == 1)
@@ -122,7 +131,41 @@ struct DomainServiceTests {
             _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
             #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid)?.state == .pending)
             #expect(try await f.services.deletions.removeLinkedService(projectID: f.project.id, name: "crm"))
-            #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid)?.state == .done)
+            let receipt = try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid)
+            #expect(receipt?.state == .done && receipt?.services.map(\.state) == [.abandoned])
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aRotatedSecretSignsBesideTheNewOneForADay(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let (_, old) = try await f.services.deletions.addLinkedService(
+                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            let i = try await f.installation()
+            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
+            let (new, until) = try #require(try await f.services.deletions.rotateSecret(projectID: f.project.id, name: "crm"))
+            #expect(new != old && until == f.clock.now().addingTimeInterval(86_400))
+            f.transport.answer("https://crm.example/hook", .status(202))
+            _ = try await f.services.jobs.deliverDue()
+            let sent = try #require(f.transport.sent.first)
+            let header = try #require(sent.headers.first { $0.0 == "Registry-Signature" }?.1)
+            let now = Int64(Date().timeIntervalSince1970)
+            #expect(header.split(separator: ",").count == 3)
+            #expect(WebhookSignature.verify(header: header, secrets: [new], body: sent.body, now: now))
+            #expect(WebhookSignature.verify(header: header, secrets: [old], body: sent.body, now: now))
+            #expect(!WebhookSignature.verify(header: header, secrets: [old], body: sent.body, now: now + 301))
+            // An acknowledgement signed with the old secret counts for a day, then not.
+            let ack = Array("{}".utf8)
+            let withOld = WebhookSignature.header(secrets: [old], timestamp: now, body: ack)
+            f.clock.advance(by: 86_401)
+            await #expect(throws: RegistryError.self) {
+                _ = try await f.services.deletions.acknowledge(
+                    projectID: f.project.id, fid: i.fid, service: "crm", signature: withOld, body: ack)
+            }
+            let withNew = WebhookSignature.header(secrets: [new], timestamp: now, body: ack)
+            #expect(
+                try await f.services.deletions.acknowledge(
+                    projectID: f.project.id, fid: i.fid, service: "crm", signature: withNew, body: ack))
         }
     }
 
@@ -137,7 +180,7 @@ struct DomainServiceTests {
             let sent = try #require(f.transport.sent.first)
             let signature = try #require(sent.headers.first { $0.0 == "Registry-Signature" }?.1)
             let t = Int64(signature.split(separator: ",")[0].dropFirst(2))!
-            #expect(signature == WebhookSignature.header(secret: secret, timestamp: t, body: sent.body))
+            #expect(signature == WebhookSignature.header(secrets: [secret], timestamp: t, body: sent.body))
             let body = try JSONParser.parse(sent.body)
             #expect(body["fid"]?.stringValue == i.fid && body["type"]?.stringValue == "installation.deleted")
         }

@@ -14,6 +14,7 @@ struct DeletionsController: Sendable {
         routes.add(.GET, "/v1/projects/{project}/linkedServices", listServices)
         routes.add(.GET, "/v1/projects/{project}/linkedServices/{name}", getService)
         routes.add(.DELETE, "/v1/projects/{project}/linkedServices/{name}", deleteService)
+        routes.add(.POST, "/v1/projects/{project}/linkedServices/{name}:rotateSecret", rotateSecret)
         routes.add(.GET, "/v1/projects/{project}/deletions", listDeletions)
         routes.add(.GET, "/v1/projects/{project}/deletions/{fid}", getDeletion)
         routes.add(.POST, "/v1/projects/{project}/deletions/{fid}/acks/{name}", acknowledge)
@@ -118,16 +119,31 @@ struct DeletionsController: Sendable {
         return .json(.object(members))
     }
 
+    /// The linked service's own confirmation, signed with its secret (`Registry-Signature`); a server key does not
+    /// count.
     func acknowledge(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
+        let project = try await auth.project(context)
         guard
             try await deletions.acknowledge(
-                projectID: project.id, fid: context.parameter("fid"), service: context.parameter("name"))
+                projectID: project.id, fid: context.parameter("fid"), service: context.parameter("name"),
+                signature: context.header("registry-signature"), body: context.request.body)
         else {
             throw APIError.notFound(
                 "no delivery of this deletion to \(context.parameter("name").prefix(64)) is on record")
         }
         return .json([:])
+    }
+
+    /// `POST …/linkedServices/{name}:rotateSecret`: a new secret, shown once; the old one works for a day more.
+    func rotateSecret(_ context: RequestContext) async throws -> HTTPResponse {
+        let project = try await project(context)
+        let name = context.parameter("name")
+        guard let (secret, until) = try await deletions.rotateSecret(projectID: project.id, name: name),
+            let service = try await deletions.linkedServices(projectID: project.id).first(where: { $0.name == name })
+        else { throw APIError.notFound("linked service \(name.prefix(64)) not found") }
+        guard case var .object(members) = DeletionsController.json(service) else { return .json([:]) }
+        members += [("secret", .string(secret)), ("previousSecretValidUntil", .string(Timestamp.rfc3339(until)))]
+        return .json(.object(members))
     }
 
     /// `GET /v1/projects/{project}/events?after=<cursor>&waitSeconds=<0..30>`: long-polls until events arrive.

@@ -44,7 +44,7 @@ public struct DeliveryJob: Sendable {
         let timestamp = Int64(Date().timeIntervalSince1970)
         let headers = [
             ("Content-Type", "application/json"),
-            ("Registry-Signature", WebhookSignature.header(secret: item.secret, timestamp: timestamp, body: body)),
+            ("Registry-Signature", WebhookSignature.header(secrets: item.secrets, timestamp: timestamp, body: body)),
             ("Registry-Delivery", item.deliveryID),
         ]
         let response = await transport.post(endpoint: item.endpoint, body: body, headers: headers)

@@ -9,7 +9,8 @@ public struct ClaimedDelivery: Sendable, Equatable {
     /// Attempts so far, this one included.
     public let attempts: Int
     public let endpoint: String
-    public let secret: String
+    /// The secrets that sign the notice: the service's current one, and its previous one for a day after a rotation.
+    public let secrets: [String]
     public let projectID: String
     public let fid: String
     public let reason: DeletionReason
@@ -17,7 +18,7 @@ public struct ClaimedDelivery: Sendable, Equatable {
     public let deadline: Date
 
     public init(
-        deletionID: Int64, service: String, deliveryID: String, attempts: Int, endpoint: String, secret: String,
+        deletionID: Int64, service: String, deliveryID: String, attempts: Int, endpoint: String, secrets: [String],
         projectID: String, fid: String, reason: DeletionReason, requestedAt: Date, deadline: Date
     ) {
         self.deletionID = deletionID
@@ -25,7 +26,7 @@ public struct ClaimedDelivery: Sendable, Equatable {
         self.deliveryID = deliveryID
         self.attempts = attempts
         self.endpoint = endpoint
-        self.secret = secret
+        self.secrets = secrets
         self.projectID = projectID
         self.fid = fid
         self.reason = reason

@@ -17,17 +17,30 @@ extension InMemoryStores: DeletionStore {
     public func removeLinkedService(projectID: String, name: String, at: Date) async throws -> Bool {
         guard services[projectID]?.removeValue(forKey: name) != nil else { return false }
         for (id, deletion) in deletions where deletion.projectID == projectID {
-            if let delivery = deletion.deliveries[name], delivery.state != .acknowledged {
-                deletions[id]?.deliveries[name] = nil
+            if let delivery = deletion.deliveries[name], !delivery.state.isFinal {
+                deletions[id]?.deliveries[name]?.state = .abandoned
                 completeIfDone(id, at: at)
             }
         }
         return true
     }
 
+    public func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> [String]? {
+        guard let linked = services[projectID]?[name] else { return nil }
+        let previous = previousSecrets[projectID + "\u{0}" + name].flatMap { $0.until > at ? $0.secret : nil }
+        return [linked.secret] + [previous].compactMap { $0 }
+    }
+
+    public func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool {
+        guard let linked = services[projectID]?[name] else { return false }
+        previousSecrets[projectID + "\u{0}" + name] = (linked.secret, previousUntil)
+        services[projectID]?[name] = (linked.service, secret)
+        return true
+    }
+
     func completeIfDone(_ id: Int64, at: Date) {
         guard let deletion = deletions[id], deletion.completedAt == nil,
-            deletion.deliveries.values.allSatisfy({ $0.state == .acknowledged })
+            deletion.deliveries.values.allSatisfy({ $0.state.isFinal })
         else { return }
         deletions[id]?.completedAt = at
     }
@@ -84,7 +97,8 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
                 claimed.append(
                     ClaimedDelivery(
                         deletionID: id, service: name, deliveryID: delivery.deliveryID,
-                        attempts: delivery.attempts + 1, endpoint: linked.service.endpoint, secret: linked.secret,
+                        attempts: delivery.attempts + 1, endpoint: linked.service.endpoint,
+                        secrets: try await linkedServiceSecrets(projectID: deletion.projectID, name: name, at: now) ?? [],
                         projectID: deletion.projectID, fid: deletion.fid, reason: deletion.reason,
                         requestedAt: deletion.requestedAt, deadline: deletion.deadline))
             }
@@ -121,7 +135,7 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
             let due = deletion.deadline <= now
             let audited = deletion.completedAt.map { $0 <= completedBefore } ?? false
             guard due || audited else { continue }
-            let unconfirmed = deletion.deliveries.filter { $0.value.state != .acknowledged }.keys.sorted()
+            let unconfirmed = deletion.deliveries.filter { !$0.value.state.isFinal }.keys.sorted()
             if due && !unconfirmed.isEmpty {
                 purged.append(
                     (

@@ -52,6 +52,7 @@ public actor InMemoryStores {
     var topics: [Key: [String: Date]] = [:]
     var retired: Set<[UInt8]> = []
     var services: [String: [String: (service: LinkedService, secret: String)]] = [:]
+    var previousSecrets: [String: (secret: String, until: Date)] = [:]
     var deletions: [Int64: Deletion] = [:]
     var purged: [(projectID: String, record: DeletionRecord)] = []
     var outbox: [(projectID: String, type: EventType, fid: String, data: JSONValue?, time: Date)] = []
