@@ -16,4 +16,5 @@ swift test
 python3 integration/topology.py
 python3 integration/replicas.py
 python3 integration/browser.py
+python3 integration/slowclients.py
 conformance/run.sh

@@ -12,15 +12,16 @@ extension EventLoop {
                 if now - connection.lastActivity > configuration.idleTimeoutMillis { closeConnection(connection) }
                 continue
             }
-            if connection.parser.isMidRequest, let started = connection.requestStarted {
-                if now - started > configuration.requestTimeoutMillis {
-                    connection.closeAfterWrite = true
-                    core.countParseError(status: 408)
-                    let response = core.errorResponse(408, "the request was not received in time")
-                    enqueue(response.serialized(version: .http1_1, keepAlive: false), on: connection, now: now)
-                }
+            // The request timer runs from a request's first byte (empty lines before a request line included) to its
+            // last; idle time runs from the last complete response. Neither is refreshed by a trickle of bytes.
+            if let started = connection.requestStarted, now - started > configuration.requestTimeoutMillis {
+                connection.closeAfterWrite = true
+                core.countParseError(status: 408)
+                let response = core.errorResponse(408, "the request was not received in time")
+                enqueue(response.serialized(version: .http1_1, keepAlive: false), on: connection, now: now)
                 continue
             }
+            if connection.parser.isMidRequest { continue }
             let idleLimit = draining ? 0 : configuration.idleTimeoutMillis
             if now - connection.lastActivity > idleLimit { closeConnection(connection) }
         }

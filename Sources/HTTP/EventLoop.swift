@@ -173,7 +173,10 @@ final class EventLoop: @unchecked Sendable {
                 return
             }
             guard let (fd, remote) = accepted else { return }
-            if core.openConnections.load(ordering: .relaxed) >= core.configuration.maxConnections {
+            let address = HTTPServer.Core.address(of: remote)
+            guard core.openConnections.load(ordering: .relaxed) < core.configuration.maxConnections,
+                core.admit(address)
+            else {
                 var refusal = core.errorResponse(503, "too many open connections").serialized(
                     version: .http1_1, keepAlive: false)
                 _ = send(fd, &refusal, refusal.count, Int32(MSG_NOSIGNAL))
@@ -197,7 +200,10 @@ final class EventLoop: @unchecked Sendable {
         while true {
             let n = read(connection.fd, &readBuffer, readBuffer.count)
             if n > 0 {
-                connection.lastActivity = now
+                // Any byte starts the request timer, even the empty lines allowed before a request line: a client
+                // that trickles CRLFs is bound by the request timeout, not kept alive by them. Reading never
+                // counts as activity for the idle timeout (that runs from the last complete response).
+                if connection.requestStarted == nil && !connection.inFlight { connection.requestStarted = now }
                 if connection.lingerDeadline == nil {
                     connection.parser.append(readBuffer[0..<n])
                 }
@@ -310,6 +316,7 @@ final class EventLoop: @unchecked Sendable {
             }
             if n > 0 {
                 connection.outputOffset += n
+                // Writing progress keeps a slow reader from the idle timeout; a finished response restarts it.
                 connection.lastActivity = now
             } else if n < 0 && errno == EINTR {
                 continue
@@ -353,6 +360,7 @@ final class EventLoop: @unchecked Sendable {
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, nil)
         close(connection.fd)
         core.openConnections.subtract(1, ordering: .relaxed)
+        core.release(HTTPServer.Core.address(of: connection.remote))
     }
 
     // MARK: - Drain

@@ -40,7 +40,12 @@ public struct HTTPParser {
     public let limits: HTTPLimits
     var buffer: [UInt8] = []
     var position = 0
+    /// How far the pending head has been searched or checked, so each read costs only its new bytes (a head that
+    /// trickles in one byte at a time must not be re-scanned from its start every time).
     private var scanned = 0
+    private var headChecked = 0
+    private var lineEndScanned = 0
+    private var lineEnd: Int?
     var state: State = .head
     var body: [UInt8] = []
     private var continueRequested = false
@@ -59,8 +64,8 @@ public struct HTTPParser {
     public mutating func append(_ bytes: some Collection<UInt8>) {
         if position > 0 && position == buffer.count {
             buffer.removeAll(keepingCapacity: true)
-            scanned = 0
             position = 0
+            resetScans()
         }
         buffer.append(contentsOf: bytes)
     }
@@ -135,7 +140,7 @@ public struct HTTPParser {
             buffer.removeFirst(position)
             position = 0
         }
-        scanned = position
+        resetScans()
         return .request(request)
     }
 
@@ -146,10 +151,10 @@ public struct HTTPParser {
     private mutating func parseHead() -> HeadResult {
         // RFC 9112 §2.2: ignore empty lines before the request line.
         while position + 1 < buffer.count, buffer[position] == 0x0d, buffer[position + 1] == 0x0a { position += 2 }
-        if scanned < position { scanned = position }
+        if scanned < position { resetScans() }
         guard let end = findHeadEnd() else {
             let pending = buffer.count - position
-            if let lineEnd = firstLF(from: position) {
+            if let lineEnd = requestLineEnd() {
                 if lineEnd - position > limits.maxRequestLineBytes + 1 {
                     return .error(HTTPParseError(414, "request line longer than \(limits.maxRequestLineBytes) bytes"))
                 }
@@ -159,8 +164,10 @@ public struct HTTPParser {
             } else if pending > limits.maxRequestLineBytes + 2 {
                 return .error(HTTPParseError(414, "request line longer than \(limits.maxRequestLineBytes) bytes"))
             }
-            // A bare LF or NUL makes the head invalid as soon as it arrives; do not wait for more.
-            if let e = checkHeadBytes(position..<buffer.count, complete: false) { return .error(e) }
+            // A bare LF or NUL makes the head invalid as soon as it arrives; do not wait for more. Only the new
+            // bytes are checked (and the one before them: a CR whose LF had not arrived yet).
+            if let e = checkHeadBytes(max(position, headChecked - 1)..<buffer.count, complete: false) { return .error(e) }
+            headChecked = buffer.count
             return .needMore
         }
         if let e = checkHeadBytes(position..<end, complete: true) { return .error(e) }
@@ -170,7 +177,7 @@ public struct HTTPParser {
         case let .failure(e): return .error(e)
         }
         position = end + 4
-        scanned = position
+        resetScans()
         // Framing (RFC 9112 §6): reject every shape that lets two parsers disagree.
         let te = head.headers.values("transfer-encoding")
         let cl = head.headers.values("content-length")
@@ -225,6 +232,28 @@ public struct HTTPParser {
             i += 1
         }
         scanned = max(position, buffer.count - 3)
+        return nil
+    }
+
+    private mutating func resetScans() {
+        scanned = position
+        headChecked = position
+        lineEndScanned = position
+        lineEnd = nil
+    }
+
+    /// The first LF of the pending head (the end of the request line), searched once over every byte.
+    private mutating func requestLineEnd() -> Int? {
+        if let lineEnd { return lineEnd }
+        var i = max(lineEndScanned, position)
+        while i < buffer.count {
+            if buffer[i] == 0x0a {
+                lineEnd = i
+                return i
+            }
+            i += 1
+        }
+        lineEndScanned = i
         return nil
     }
 

@@ -27,6 +27,8 @@ public final class HTTPServer: Sendable {
         public var idleTimeoutMillis: UInt64
         /// Open connections beyond which new ones are answered 503 and closed.
         public var maxConnections: Int
+        /// Open connections one client address may hold (0: no limit); beyond it, 503 and close.
+        public var maxConnectionsPerAddress = 0
         public var backlog: Int32
 
         public init(
@@ -55,6 +57,8 @@ public final class HTTPServer: Sendable {
         let inFlightRequests = Atomic<Int>(0)
         let refusedConnections = Atomic<Int>(0)
         let parseErrors = Mutex<[Int: Int]>([:])
+        /// Open connections per client address, when ``Configuration/maxConnectionsPerAddress`` is set.
+        let perAddress = Mutex<[String: Int]>([:])
 
         init(
             configuration: Configuration, handler: @escaping HTTPHandler,
@@ -70,6 +74,31 @@ public final class HTTPServer: Sendable {
         func log(_ message: String) { logger(message) }
 
         func countParseError(status: Int) { parseErrors.withLock { $0[status, default: 0] += 1 } }
+
+        /// The address part of `ip:port`.
+        static func address(of remote: String) -> String {
+            guard let colon = remote.lastIndex(of: ":") else { return remote }
+            return String(remote[..<colon])
+        }
+
+        /// Counts a new connection from `address`; false when it already holds its share.
+        func admit(_ address: String) -> Bool {
+            let cap = configuration.maxConnectionsPerAddress
+            guard cap > 0 else { return true }
+            return perAddress.withLock { counts in
+                guard counts[address, default: 0] < cap else { return false }
+                counts[address, default: 0] += 1
+                return true
+            }
+        }
+
+        func release(_ address: String) {
+            guard configuration.maxConnectionsPerAddress > 0 else { return }
+            perAddress.withLock { counts in
+                guard let n = counts[address] else { return }
+                counts[address] = n > 1 ? n - 1 : nil
+            }
+        }
     }
 
     private let core: Core

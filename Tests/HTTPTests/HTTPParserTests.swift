@@ -61,6 +61,34 @@ struct HTTPParserTests {
         #expect(k.keepAlive)
     }
 
+    /// A head that arrives a byte at a time parses the same, and its errors are still found at once.
+    @Test func aHeadTricklingInByteByByte() {
+        let head = "\r\nGET /x HTTP/1.1\r\nHost: x\r\n" + (0..<50).map { "X-H\($0): v\r\n" }.joined() + "\r\n"
+        var parser = HTTPParser()
+        var event: HTTPParser.Event = .needMore
+        for byte in Array(head.utf8) {
+            parser.append([byte])
+            event = parser.next()
+            if case .request = event { break }
+            #expect(event == .needMore)
+        }
+        guard case let .request(r) = event else { Issue.record("no request"); return }
+        #expect(r.target == "/x" && r.headers["x-h49"] == "v")
+        // A bare LF, or a CR followed by anything but LF, is found when it arrives, even split across reads.
+        for bad in ["GET / HTTP/1.1\r\nA: b\nC: d\r\n\r\n", "GET / HTTP/1.1\r\nA: b\rC: d\r\n\r\n"] {
+            var trickle = HTTPParser()
+            var status: Int?
+            for byte in Array(bad.utf8) {
+                trickle.append([byte])
+                if case let .error(e) = trickle.next() {
+                    status = e.status
+                    break
+                }
+            }
+            #expect(status == 400, "\(bad.debugDescription)")
+        }
+    }
+
     @Test func gzipBody() {
         let json = Array("{\"fid\":\"x\"}".utf8)
         let zipped = Gzip.compress(json)

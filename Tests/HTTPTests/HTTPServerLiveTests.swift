@@ -140,6 +140,66 @@ struct HTTPServerLiveTests {
         }
     }
 
+    /// Empty lines before a request line are allowed, but they start the request timer and never count as
+    /// activity: a client trickling CRLFs is answered 408 and closed once the request timeout passes.
+    @Test func aTrickleOfEmptyLinesDoesNotHoldTheConnection() async throws {
+        try await withServer({
+            $0.requestTimeoutMillis = 600
+            $0.idleTimeoutMillis = 60_000
+        }) { _, port in
+            let client = try RawHTTPClient(port: port)
+            client.setTimeout(5)
+            let started = ContinuousClock.now
+            var closed = false
+            for _ in 0..<40 {
+                do { try await client.send("\r\n") } catch { closed = true; break }
+                try await Task.sleep(for: .milliseconds(100))
+                if ContinuousClock.now - started > .seconds(3) { break }
+            }
+            let response = try? await client.readResponse()
+            #expect(closed || response?.status == 408 || response == nil)
+            #expect(ContinuousClock.now - started < .seconds(3))
+            #expect(await client.isClosedByServer())
+        }
+    }
+
+    /// Idle time counts from the last complete response, not from the last byte read.
+    @Test func idleTimeCountsFromTheLastResponse() async throws {
+        try await withServer({
+            $0.requestTimeoutMillis = 60_000
+            $0.idleTimeoutMillis = 500
+        }) { _, port in
+            let client = try RawHTTPClient(port: port)
+            client.setTimeout(5)
+            try await client.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await client.readResponse()?.status == 200)
+            // A slow request (its head trickling) is bound by the request timeout, not the idle one...
+            try await client.send("GET /b HTTP/1.1\r\n")
+            try await Task.sleep(for: .milliseconds(800))
+            try await client.send("Host: x\r\n\r\n")
+            #expect(try await client.readResponse()?.status == 200)
+            // ...and after a response, silence closes it.
+            try await Task.sleep(for: .milliseconds(900))
+            #expect(await client.isClosedByServer())
+        }
+    }
+
+    @Test func oneAddressHoldsAtMostItsShareOfConnections() async throws {
+        try await withServer({ $0.maxConnectionsPerAddress = 3 }) { server, port in
+            var held = try (0..<3).map { _ in try RawHTTPClient(port: port) }
+            for client in held {
+                try await client.send("GET /h HTTP/1.1\r\nHost: x\r\n\r\n")
+                #expect(try await client.readResponse()?.status == 200)
+            }
+            let refused = try await RawHTTPClient.exchange(port: port, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(refused?.status == 503)
+            #expect(server.refusedConnections >= 1)
+            held.removeAll()  // each client closes its socket as it goes
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(try await RawHTTPClient.exchange(port: port, "GET /y HTTP/1.1\r\nHost: x\r\n\r\n")?.status == 200)
+        }
+    }
+
     @Test func idleKeepAliveConnectionIsClosed() async throws {
         try await withServer({ $0.idleTimeoutMillis = 300 }) { server, port in
             let client = try RawHTTPClient(port: port)
