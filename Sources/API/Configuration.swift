@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HTTP
 import Registry
@@ -28,6 +29,9 @@ public struct Configuration: Sendable {
     public var trustedProxyHops = 0
     /// When set, `GET /metrics` requires `Authorization: Bearer <token>`.
     public var metricsToken: String?
+    /// The master key that seals secrets at rest (`SECRETS_KEY`, or the file `SECRETS_KEY_FILE` names); nil: a key
+    /// file made on first start (see README).
+    public var secretsKey: [UInt8]?
     /// Days without a refresh after which a registration is stale (still targeted) and expired (no longer targeted).
     public var staleDays = 30.0
     public var expireDays = 270.0
@@ -87,6 +91,22 @@ public struct Configuration: Sendable {
                 problem: "was replaced by TRUSTED_PROXY_HOPS (the number of proxies in front; 1 behind one load balancer)")
         }
         c.trustedProxyHops = try reader.int("TRUSTED_PROXY_HOPS", default: 0, range: 0...16)
+        if let text = env["SECRETS_KEY"], !text.isEmpty {
+            guard let key = Configuration.masterKey(text) else {
+                throw ConfigurationError(variable: "SECRETS_KEY", problem: "must be the base64 of 32 random bytes")
+            }
+            c.secretsKey = key
+        } else if let path = env["SECRETS_KEY_FILE"], !path.isEmpty {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ConfigurationError(variable: "SECRETS_KEY_FILE", problem: "names no readable file (\(path))")
+            }
+            guard let key = Configuration.masterKey(String(decoding: data, as: UTF8.self)) ?? (data.count == 32 ? Array(data) : nil)
+            else {
+                throw ConfigurationError(
+                    variable: "SECRETS_KEY_FILE", problem: "must hold the base64 of 32 random bytes (or the 32 bytes)")
+            }
+            c.secretsKey = key
+        }
         if let token = env["METRICS_TOKEN"], !token.isEmpty {
             guard token.utf8.count >= 16, token.utf8.count <= 256, !token.contains(" ") else {
                 throw ConfigurationError(variable: "METRICS_TOKEN", problem: "must be 16-256 characters without spaces")
@@ -138,5 +158,16 @@ struct EnvironmentReader {
         case "0", "false", "no", "off": return false
         default: throw ConfigurationError(variable: name, problem: "must be true or false, not '\(text.prefix(40))'")
         }
+    }
+}
+
+extension Configuration {
+    /// 32 bytes from their base64 (standard or URL-safe, padded or not, surrounding white space ignored).
+    public static func masterKey(_ text: String) -> [UInt8]? {
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let urlSafe = trimmed.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+        guard let key = Base64URL.decode(urlSafe), key.count == 32 else { return nil }
+        return key
     }
 }

@@ -8,6 +8,8 @@ public struct CryptoError: Error, Sendable, CustomStringConvertible {
         public static let invalidKey = Code("invalidKey")
         public static let signFailed = Code("signFailed")
         public static let invalidEncoding = Code("invalidEncoding")
+        /// Sealed data that this key did not seal, or that was altered.
+        public static let openFailed = Code("openFailed")
         public var description: String { name }
     }
 

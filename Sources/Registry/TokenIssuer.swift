@@ -22,21 +22,26 @@ public struct StoredSigningKey: Sendable {
     public let kid: String
     public let privatePEM: String
     public let createdAt: Date
+    /// When set, the key neither signs nor verifies any more.
+    public let retiredAt: Date?
 
-    public init(kid: String, privatePEM: String, createdAt: Date) {
+    public init(kid: String, privatePEM: String, createdAt: Date, retiredAt: Date? = nil) {
         self.kid = kid
         self.privatePEM = privatePEM
         self.createdAt = createdAt
+        self.retiredAt = retiredAt
     }
 }
 
 /// Storage of the auth-token signing keys, shared by every replica.
 public protocol SigningKeyStore: Sendable {
-    /// Every key, oldest first.
+    /// Every key, oldest first, retired ones included.
     func all() async throws -> [StoredSigningKey]
     func insert(_ key: StoredSigningKey) async throws
-    /// Inserts `key` only when there is no key at all (replicas starting together race here; one wins).
+    /// Inserts `key` only when there is no key in service (replicas starting together race here; one wins).
     func insertFirst(_ key: StoredSigningKey) async throws
+    /// Retires a key; false when there is no such key in service.
+    func retire(kid: String, at: Date) async throws -> Bool
 }
 
 /// Mints and verifies installation auth tokens: ES256 JWTs with `kid`, claims `appId`, `exp`, `fid`,
@@ -87,15 +92,26 @@ public final class TokenIssuer: Sendable {
         return kid
     }
 
-    /// Loads the ring, creating the first key when there is none.
+    /// Retires a key: from now on (within a minute on other replicas) it neither signs nor verifies; tokens it
+    /// signed stop working. When it was the signing key, the newest remaining one signs, or a new one is made.
+    ///
+    /// - Returns: false when no key of that `kid` is in service.
+    @discardableResult
+    public func retire(kid: String) async throws -> Bool {
+        guard try await store.retire(kid: kid, at: clock.now()) else { return false }
+        try await reload()
+        return true
+    }
+
+    /// Loads the ring of keys in service, creating one when there is none.
     public func reload() async throws {
-        var stored = try await store.all()
+        var stored = try await store.all().filter { $0.retiredAt == nil }
         if stored.isEmpty {
             let key = try ES256PrivateKey.generate()
             try await store.insertFirst(
                 StoredSigningKey(
                     kid: key.publicKey.thumbprint, privatePEM: try key.pemRepresentation(), createdAt: clock.now()))
-            stored = try await store.all()
+            stored = try await store.all().filter { $0.retiredAt == nil }
         }
         var loaded: [String: Key] = [:]
         var newest: Key?
@@ -148,7 +164,10 @@ public final class TokenIssuer: Sendable {
             key.privateKey.publicKey.verify(signature: parts.signature, for: parts.signingInput),
             let claims = try? JSONParser.parse(parts.payload),
             let appID = claims["appId"]?.stringValue, let fid = claims["fid"]?.stringValue,
-            let number = claims["projectNumber"]?.int64Value, let exp = claims["exp"]?.int64Value
+            let number = claims["projectNumber"]?.int64Value, let exp = claims["exp"]?.int64Value,
+            let iat = claims["iat"]?.int64Value,
+            // However it was signed, no token of ours lives longer than the lifetime we issue.
+            exp > iat, exp - iat <= Int64(TokenIssuer.lifetime)
         else { throw invalid }
         let expires = Date(timeIntervalSince1970: TimeInterval(exp))
         guard expires > clock.now() else { throw invalid }

@@ -1,10 +1,33 @@
+import Crypto
 import Postgres
 import Registry
 
 /// The stores' handle on the pool. Every statement goes through here, so every database failure leaves this
-/// module as a ``RegistryError`` (``translate(_:)``): the API never sees a `PostgresError`.
+/// module as a ``RegistryError`` (``translate(_:)``): the API never sees a `PostgresError`. It also seals the
+/// secrets the stores keep (``seal(_:context:)``): none is written in clear.
 struct Database: Sendable {
     let pool: PostgresPool
+    let box: SecretBox
+
+    /// A secret as stored: sealed under the master key, bound to `context` (the row it belongs to).
+    func seal(_ secret: String, context: String) throws -> String {
+        do {
+            return try box.seal(secret, context: context)
+        } catch {
+            throw RegistryError(.internal, "sealing a secret failed: \(error)")
+        }
+    }
+
+    /// A stored secret in clear. One that does not open was written under another master key: that is a
+    /// configuration error, and nothing is signed with a secret that cannot be read.
+    func open(_ stored: String, context: String) throws -> String {
+        do {
+            return try box.openString(stored, context: context)
+        } catch {
+            throw RegistryError(
+                .internal, "a stored secret (\(context)) does not open with this SECRETS_KEY; start with the key it was sealed with")
+        }
+    }
 
     @discardableResult
     func query(_ query: PostgresQuery) async throws -> PostgresRows {

@@ -8,12 +8,15 @@ struct PostgresDeletionStore: DeletionStore {
 
     // MARK: - Linked services
 
+    static func context(projectID: String, name: String) -> String { "linked_services:\(projectID)/\(name)" }
+
     func addLinkedService(projectID: String, service: LinkedService, secret: String) async throws -> Bool {
+        let sealed = try db.seal(secret, context: Self.context(projectID: projectID, name: service.name))
         do {
             try await db.query(
                 """
                 INSERT INTO linked_services (project_id, name, endpoint, secret, created_at)
-                VALUES (\(projectID), \(service.name), \(service.endpoint), \(secret), \(service.createdAt))
+                VALUES (\(projectID), \(service.name), \(service.endpoint), \(sealed), \(service.createdAt))
                 """)
             return true
         } catch let error as RegistryError where error.kind == .alreadyExists {
@@ -70,13 +73,17 @@ struct PostgresDeletionStore: DeletionStore {
                 """
             ).first
         else { return nil }
-        return [try row.require("secret")] + [try row.decode("previous", as: String.self)].compactMap { $0 }
+        let context = Self.context(projectID: projectID, name: name)
+        return try ([try row.require("secret")] + [try row.decode("previous", as: String.self)].compactMap { $0 }).map {
+            try db.open($0, context: context)
+        }
     }
 
     func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool {
-        try await db.query(
+        let sealed = try db.seal(secret, context: Self.context(projectID: projectID, name: name))
+        return try await db.query(
             """
-            UPDATE linked_services SET previous_secret = secret, previous_secret_until = \(previousUntil), secret = \(secret)
+            UPDATE linked_services SET previous_secret = secret, previous_secret_until = \(previousUntil), secret = \(sealed)
             WHERE project_id = \(projectID) AND name = \(name)
             """
         ).affectedRows == 1

@@ -24,11 +24,15 @@ struct PostgresDeliveryStore: DeliveryStore {
             JOIN linked_services ls ON ls.project_id = del.project_id AND ls.name = c.service
             """
         ).map { row in
-            ClaimedDelivery(
+            let projectID: String = try row.require("project_id")
+            let service: String = try row.require("service")
+            let context = PostgresDeletionStore.context(projectID: projectID, name: service)
+            return ClaimedDelivery(
                 deletionID: try row.require("deletion_id"), service: try row.require("service"),
                 deliveryID: try row.require("delivery_id"), attempts: try row.require("attempts"),
                 endpoint: try row.require("endpoint"),
-                secrets: [try row.require("secret")] + [try row.decode("previous_secret", as: String.self)].compactMap { $0 },
+                secrets: try ([try row.require("secret")] + [try row.decode("previous_secret", as: String.self)].compactMap { $0 })
+                    .map { try db.open($0, context: context) },
                 projectID: try row.require("project_id"), fid: try row.require("fid"),
                 reason: try row.require("reason", as: DeletionReason.self),
                 requestedAt: try row.require("requested_at"),

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Postgres
 import Registry
@@ -19,8 +20,9 @@ public enum PostgresRegistry {
     }
 
     /// Every store of ``RegistryStores``, sharing `pool`.
-    public static func stores(pool: PostgresPool) -> RegistryStores {
-        let db = Database(pool: pool)
+    /// - Parameter box: seals the secrets the stores keep, under the operator's master key.
+    public static func stores(pool: PostgresPool, box: SecretBox) -> RegistryStores {
+        let db = Database(pool: pool, box: box)
         return RegistryStores(
             catalog: PostgresCatalogStore(db: db), installations: PostgresInstallationStore(db: db),
             consent: PostgresConsentStore(db: db), registrations: PostgresRegistrationStore(db: db),
@@ -33,30 +35,43 @@ public enum PostgresRegistry {
     }
 }
 
-/// ``SigningKeyStore`` on PostgreSQL: `signing_keys`.
+/// ``SigningKeyStore`` on PostgreSQL: `signing_keys`, private keys sealed.
 struct PostgresSigningKeyStore: SigningKeyStore {
     let db: Database
 
+    static func context(_ kid: String) -> String { "signing_keys:" + kid }
+
     func all() async throws -> [StoredSigningKey] {
-        try await db.query("SELECT kid, private_pem, created_at FROM signing_keys ORDER BY created_at, kid").map {
-            StoredSigningKey(
-                kid: try $0.require("kid"), privatePEM: try $0.require("private_pem"),
-                createdAt: try $0.require("created_at"))
+        try await db.query(
+            "SELECT kid, private_pem, created_at, retired_at FROM signing_keys ORDER BY created_at, kid"
+        ).map {
+            let kid: String = try $0.require("kid")
+            return StoredSigningKey(
+                kid: kid, privatePEM: try db.open(try $0.require("private_pem"), context: Self.context(kid)),
+                createdAt: try $0.require("created_at"), retiredAt: try $0.decode("retired_at"))
         }
     }
 
     func insert(_ key: StoredSigningKey) async throws {
+        let sealed = try db.seal(key.privatePEM, context: Self.context(key.kid))
         try await db.query(
-            "INSERT INTO signing_keys (kid, private_pem, created_at) VALUES (\(key.kid), \(key.privatePEM), \(key.createdAt))"
-        )
+            "INSERT INTO signing_keys (kid, private_pem, created_at) VALUES (\(key.kid), \(sealed), \(key.createdAt))")
     }
 
     func insertFirst(_ key: StoredSigningKey) async throws {
+        let sealed = try db.seal(key.privatePEM, context: Self.context(key.kid))
         try await db.query(
             """
             INSERT INTO signing_keys (kid, private_pem, created_at)
-            SELECT \(key.kid), \(key.privatePEM), \(key.createdAt) WHERE NOT EXISTS (SELECT 1 FROM signing_keys)
+            SELECT \(key.kid), \(sealed), \(key.createdAt)
+            WHERE NOT EXISTS (SELECT 1 FROM signing_keys WHERE retired_at IS NULL)
             """)
+    }
+
+    func retire(kid: String, at: Date) async throws -> Bool {
+        try await db.query(
+            "UPDATE signing_keys SET retired_at = \(at) WHERE kid = \(kid) AND retired_at IS NULL"
+        ).affectedRows == 1
     }
 }
 
@@ -78,4 +93,76 @@ struct PostgresStoreHealth: StoreHealth {
     }
 
     func close() { pool.close() }
+}
+
+extension PostgresRegistry {
+    static let keyCheck = "master-key-check"
+    static let keyCheckText = "token-registry master key"
+
+    /// Run once at start-up, before serving: refuses a master key that is not the one the data was sealed with (a
+    /// replica must never sign with keys it cannot read), and seals any secret an older version left in clear.
+    ///
+    /// - Returns: how many secrets were sealed that were in clear.
+    /// - Throws: ``RegistryError`` `.permissionDenied` with an operator-facing message on a wrong master key.
+    @discardableResult
+    public static func prepare(pool: PostgresPool, box: SecretBox) async throws -> Int {
+        let db = Database(pool: pool, box: box)
+        let check = try box.seal(keyCheckText, context: "server_secrets:" + keyCheck)
+        try await db.query(
+            "INSERT INTO server_secrets (name, secret) VALUES (\(keyCheck), \(ByteA(Array(check.utf8)))) ON CONFLICT DO NOTHING")
+        let stored = try await db.query("SELECT secret FROM server_secrets WHERE name = \(keyCheck)").first.map {
+            String(decoding: try $0.require("secret", as: ByteA.self).bytes, as: UTF8.self)
+        }
+        guard let stored, (try? box.openString(stored, context: "server_secrets:" + keyCheck)) == keyCheckText else {
+            throw RegistryError(
+                .permissionDenied,
+                "the database's secrets were sealed with another master key: start with the SECRETS_KEY (or "
+                    + "SECRETS_KEY_FILE) they were written with")
+        }
+        return try await sealLeftovers(db)
+    }
+
+    /// Seals secrets stored in clear by versions before sealing, in one transaction.
+    static func sealLeftovers(_ db: Database) async throws -> Int {
+        try await db.transaction { c in
+            var sealed = 0
+            for row in try await c.query("SELECT kid, private_pem FROM signing_keys WHERE private_pem NOT LIKE 'enc1:%'") {
+                let kid: String = try row.require("kid")
+                let value = try db.seal(try row.require("private_pem"), context: PostgresSigningKeyStore.context(kid))
+                try await c.query("UPDATE signing_keys SET private_pem = \(value) WHERE kid = \(kid)")
+                sealed += 1
+            }
+            for row in try await c.query("SELECT name, secret FROM server_secrets") {
+                let name: String = try row.require("name")
+                let bytes = try row.require("secret", as: ByteA.self).bytes
+                guard !SecretBox.isSealed(String(decoding: bytes, as: UTF8.self)) else { continue }
+                let value = try db.box.seal(bytes, context: PostgresSecretStore.context(name))
+                try await c.query("UPDATE server_secrets SET secret = \(ByteA(Array(value.utf8))) WHERE name = \(name)")
+                sealed += 1
+            }
+            for row in try await c.query(
+                """
+                SELECT project_id, name, secret, previous_secret FROM linked_services
+                WHERE secret NOT LIKE 'enc1:%' OR previous_secret NOT LIKE 'enc1:%'
+                """)
+            {
+                let project: String = try row.require("project_id")
+                let name: String = try row.require("name")
+                let context = PostgresDeletionStore.context(projectID: project, name: name)
+                func sealing(_ value: String?) throws -> String? {
+                    guard let value else { return nil }
+                    return SecretBox.isSealed(value) ? value : try db.seal(value, context: context)
+                }
+                let secret = try sealing(try row.require("secret"))
+                let previous = try sealing(try row.decode("previous_secret"))
+                try await c.query(
+                    """
+                    UPDATE linked_services SET secret = \(secret), previous_secret = \(previous)
+                    WHERE project_id = \(project) AND name = \(name)
+                    """)
+                sealed += 1
+            }
+            return sealed
+        }
+    }
 }

@@ -26,6 +26,9 @@ public enum Schema {
         Migration(
             version: 9, name: "linked_service_security",
             sql: String(decoding: PackageResources.m009_linked_service_security_sql, as: UTF8.self)),
+        Migration(
+            version: 10, name: "keys_that_end",
+            sql: String(decoding: PackageResources.m010_keys_that_end_sql, as: UTF8.self)),
     ]
 
     public static var migrator: Migrator { Migrator(migrations: migrations) }

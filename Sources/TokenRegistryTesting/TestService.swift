@@ -1,4 +1,5 @@
 import API
+import Crypto
 import Foundation
 import HTTP
 import JSON
@@ -14,6 +15,8 @@ public struct TestService: Sendable {
     public let conninfo: String
     /// The service's own pool, for tests that look at or change rows directly.
     public let pool: PostgresPool
+    /// The master key's box this service seals its secrets with (a fresh key per service).
+    public let box: SecretBox
     public let project: Project
     public let serverKey: String
     public let web: App
@@ -38,11 +41,13 @@ public struct TestService: Sendable {
             conninfo: conninfo, size: configuration.databasePoolSize,
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
+        let box = try SecretBox(key: try SecureRandom.bytes(32))
+        try await PostgresRegistry.prepare(pool: pool, box: box)
         let app = try await Application.build(
-            configuration: configuration, stores: PostgresRegistry.stores(pool: pool), clock: clock,
+            configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: clock,
             logger: logger)
         let service = try await TestService.seed(
-            app: app, pool: pool, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
+            app: app, pool: pool, box: box, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
         do {
             try await body(service)
         } catch {
@@ -54,7 +59,9 @@ public struct TestService: Sendable {
         await TestDatabase.drop(conninfo)
     }
 
-    static func seed(app: Application, pool: PostgresPool, conninfo: String, number: Int64, id: String) async throws
+    static func seed(
+        app: Application, pool: PostgresPool, box: SecretBox, conninfo: String, number: Int64, id: String
+    ) async throws
         -> TestService
     {
         let key = try await app.catalog.createProject(id: id, number: number)
@@ -69,7 +76,7 @@ public struct TestService: Sendable {
             project: project, platform: .web, bundleID: nil, autoInitDefault: false)
         let port = try app.start()
         return TestService(
-            app: app, port: port, conninfo: conninfo, pool: pool, project: project, serverKey: key, web: web, ios: ios,
+            app: app, port: port, conninfo: conninfo, pool: pool, box: box, project: project, serverKey: key, web: web, ios: ios,
             android: android, consentFirst: consentFirst)
     }
 
@@ -80,7 +87,7 @@ public struct TestService: Sendable {
             acquireTimeoutMillis: app.configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: app.configuration.databaseStatementTimeoutMillis)
         return try await Application.build(
-            configuration: app.configuration, stores: PostgresRegistry.stores(pool: pool), clock: app.clock,
+            configuration: app.configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: app.clock,
             logger: Logger(level: .error))
     }
 

@@ -1,4 +1,5 @@
 import API
+import Crypto
 import Foundation
 import JSON
 import Postgres
@@ -107,13 +108,18 @@ struct Database {
     func application(configuration: Configuration, clock: any Clock = SystemClock(), logger: Logger) async throws
         -> Application
     {
+        let box = try MasterKey.box(
+            configuration, dataDirectory: embedded?.directory ?? ".data", logger: logger)
         let pool = PostgresRegistry.pool(
             conninfo: conninfo, size: configuration.databasePoolSize,
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
         do {
+            let sealed = try await PostgresRegistry.prepare(pool: pool, box: box)
+            if sealed > 0 { logger.info("sealed secrets stored in clear by an earlier version", [("count", .int(sealed))]) }
             return try await Application.build(
-                configuration: configuration, stores: PostgresRegistry.stores(pool: pool), clock: clock, logger: logger)
+                configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: clock,
+                logger: logger)
         } catch {
             pool.close()
             throw error

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Postgres
 import Registry
@@ -42,9 +43,11 @@ struct DomainFixture {
             try await Schema.migrator.migrate(conninfo: conninfo)
             let pool = PostgresPool(.init(conninfo: conninfo, maxConnections: 4))
             do {
+                let box = try SecretBox(key: try SecureRandom.bytes(32))
+                try await PostgresRegistry.prepare(pool: pool, box: box)
                 try await body(
                     try await DomainFixture(
-                        databaseTime: databaseTime, stores: { _ in PostgresRegistry.stores(pool: pool) }))
+                        databaseTime: databaseTime, stores: { _ in PostgresRegistry.stores(pool: pool, box: box) }))
             } catch {
                 pool.close()
                 await TestDatabase.drop(conninfo)

@@ -38,7 +38,15 @@ extension InMemoryStores: CatalogStore, SigningKeyStore, StoreHealth {
     public func insert(_ key: StoredSigningKey) async throws { signingKeys.append(key) }
 
     public func insertFirst(_ key: StoredSigningKey) async throws {
-        if signingKeys.isEmpty { signingKeys.append(key) }
+        if !signingKeys.contains(where: { $0.retiredAt == nil }) { signingKeys.append(key) }
+    }
+
+    public func retire(kid: String, at: Date) async throws -> Bool {
+        guard let index = signingKeys.firstIndex(where: { $0.kid == kid && $0.retiredAt == nil }) else { return false }
+        let key = signingKeys[index]
+        signingKeys[index] = StoredSigningKey(
+            kid: key.kid, privatePEM: key.privatePEM, createdAt: key.createdAt, retiredAt: at)
+        return true
     }
 
     public func unreadiness() async -> String? { nil }
