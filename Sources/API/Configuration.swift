@@ -68,7 +68,8 @@ public struct Configuration: Sendable {
         c.http.eventLoops = try reader.int(
             "EVENT_LOOPS", default: ProcessInfo.processInfo.activeProcessorCount, range: 1...256)
         c.http.maxConnections = try reader.int("MAX_CONNECTIONS", default: 16_384, range: 1...1_000_000)
-        c.http.maxConnectionsPerAddress = try reader.int("MAX_CONNECTIONS_PER_ADDRESS", default: 0, range: 0...1_000_000)
+        c.http.maxConnectionsPerAddress = try reader.int(
+            "MAX_CONNECTIONS_PER_ADDRESS", default: 0, range: 0...1_000_000)
         c.http.limits.maxBodyBytes = try reader.int("MAX_BODY_BYTES", default: 1_048_576, range: 1024...64 * 1_048_576)
         c.http.limits.maxHeaderBytes = try reader.int("MAX_HEADER_BYTES", default: 32_768, range: 1024...1_048_576)
         c.http.limits.maxHeaderCount = try reader.int("MAX_HEADER_COUNT", default: 100, range: 8...10_000)
@@ -88,7 +89,8 @@ public struct Configuration: Sendable {
         if env["TRUST_FORWARDED_FOR"] != nil {
             throw ConfigurationError(
                 variable: "TRUST_FORWARDED_FOR",
-                problem: "was replaced by TRUSTED_PROXY_HOPS (the number of proxies in front; 1 behind one load balancer)")
+                problem:
+                    "was replaced by TRUSTED_PROXY_HOPS (the number of proxies in front; 1 behind one load balancer)")
         }
         c.trustedProxyHops = try reader.int("TRUSTED_PROXY_HOPS", default: 0, range: 0...16)
         if let text = env["SECRETS_KEY"], !text.isEmpty {
@@ -100,7 +102,9 @@ public struct Configuration: Sendable {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw ConfigurationError(variable: "SECRETS_KEY_FILE", problem: "names no readable file (\(path))")
             }
-            guard let key = Configuration.masterKey(String(decoding: data, as: UTF8.self)) ?? (data.count == 32 ? Array(data) : nil)
+            guard
+                let key = Configuration.masterKey(String(decoding: data, as: UTF8.self))
+                    ?? (data.count == 32 ? Array(data) : nil)
             else {
                 throw ConfigurationError(
                     variable: "SECRETS_KEY_FILE", problem: "must hold the base64 of 32 random bytes (or the 32 bytes)")

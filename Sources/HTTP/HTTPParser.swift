@@ -166,7 +166,9 @@ public struct HTTPParser {
             }
             // A bare LF or NUL makes the head invalid as soon as it arrives; do not wait for more. Only the new
             // bytes are checked (and the one before them: a CR whose LF had not arrived yet).
-            if let e = checkHeadBytes(max(position, headChecked - 1)..<buffer.count, complete: false) { return .error(e) }
+            if let e = checkHeadBytes(max(position, headChecked - 1)..<buffer.count, complete: false) {
+                return .error(e)
+            }
             headChecked = buffer.count
             return .needMore
         }

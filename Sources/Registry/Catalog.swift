@@ -48,7 +48,12 @@ public protocol CatalogStore: Sendable {
     func project(idOrNumber: String) async throws -> Project?
     func app(id: String) async throws -> App?
     func app(apiKey: String) async throws -> App?
+    /// The project of a server key in force (not expired).
     func projectID(serverKeyHash: [UInt8]) async throws -> String?
+    /// Adds a server key; the project's other keys in force expire at `othersExpireAt` (if not sooner).
+    func addServerKey(projectID: String, hash: [UInt8], at: Date, othersExpireAt: Date) async throws
+    /// Expires the project's keys now: all of them, or all but the newest. Returns how many.
+    func revokeServerKeys(projectID: String, keepNewest: Bool, at: Date) async throws -> Int
     func apps(projectID: String) async throws -> [App]
 }
 
@@ -131,6 +136,23 @@ public final class Catalog: Sendable {
             throw RegistryError(.alreadyExists, "an app with this app ID or API key already exists")
         }
         return app
+    }
+
+    /// A new server key for the project (shown once). The keys it had keep working for `keepOldFor` seconds, so
+    /// backends can move over; replicas stop accepting an expired key within ``cacheTTL``.
+    public func rotateServerKey(project: Project, keepOldFor: TimeInterval, at now: Date) async throws -> String {
+        guard keepOldFor >= 0 else { throw RegistryError.invalid("keep-old-for", "must not be negative") }
+        let key = try Identifiers.newServerKey()
+        try await store.addServerKey(
+            projectID: project.id, hash: SHA256.hash(key), at: now, othersExpireAt: now.addingTimeInterval(keepOldFor))
+        return key
+    }
+
+    /// Revokes the project's server keys: all but the newest (ends a rotation's overlap early), or all of them.
+    ///
+    /// - Returns: how many keys were revoked.
+    public func revokeServerKeys(project: Project, all: Bool, at now: Date) async throws -> Int {
+        try await store.revokeServerKeys(projectID: project.id, keepNewest: !all, at: now)
     }
 
     // MARK: - Look-ups (cached)

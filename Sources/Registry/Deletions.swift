@@ -245,7 +245,8 @@ public struct DeletionService: Sendable {
         else {
             throw RegistryError(
                 .unauthenticated,
-                "an acknowledgement must carry Registry-Signature: t=<unix seconds>,v1=<HMAC-SHA256 with the service's secret of \"<t>.<body>\">, made within 5 minutes")
+                "an acknowledgement must carry Registry-Signature: t=<unix seconds>,v1=<HMAC-SHA256 with the service's secret of \"<t>.<body>\">, made within 5 minutes"
+            )
         }
         return try await store.acknowledge(projectID: projectID, fid: fid, service: service, at: now)
     }

@@ -25,7 +25,9 @@ struct Database: Sendable {
             return try box.openString(stored, context: context)
         } catch {
             throw RegistryError(
-                .internal, "a stored secret (\(context)) does not open with this SECRETS_KEY; start with the key it was sealed with")
+                .internal,
+                "a stored secret (\(context)) does not open with this SECRETS_KEY; start with the key it was sealed with"
+            )
         }
     }
 

@@ -1,3 +1,4 @@
+import Foundation
 import Postgres
 import Registry
 
@@ -51,8 +52,36 @@ struct PostgresCatalogStore: CatalogStore {
     }
 
     func projectID(serverKeyHash: [UInt8]) async throws -> String? {
-        try await db.query("SELECT project_id FROM server_keys WHERE key_hash = \(ByteA(serverKeyHash))").first?
-            .require("project_id")
+        try await db.query(
+            """
+            SELECT project_id FROM server_keys WHERE key_hash = \(ByteA(serverKeyHash))
+            AND (expires_at IS NULL OR expires_at > now())
+            """
+        ).first?.require("project_id")
+    }
+
+    func addServerKey(projectID: String, hash: [UInt8], at: Date, othersExpireAt: Date) async throws {
+        try await db.transaction { c in
+            try await c.query(
+                """
+                UPDATE server_keys SET expires_at = \(othersExpireAt)
+                WHERE project_id = \(projectID) AND (expires_at IS NULL OR expires_at > \(othersExpireAt))
+                """)
+            try await c.query(
+                "INSERT INTO server_keys (key_hash, project_id, created_at) VALUES (\(ByteA(hash)), \(projectID), \(at))"
+            )
+        }
+    }
+
+    func revokeServerKeys(projectID: String, keepNewest: Bool, at: Date) async throws -> Int {
+        try await db.query(
+            """
+            UPDATE server_keys SET expires_at = \(at)
+            WHERE project_id = \(projectID) AND (expires_at IS NULL OR expires_at > \(at))
+              AND (NOT \(keepNewest) OR key_hash <> (SELECT key_hash FROM server_keys WHERE project_id = \(projectID)
+                  ORDER BY created_at DESC, key_hash LIMIT 1))
+            """
+        ).affectedRows
     }
 
     func apps(projectID: String) async throws -> [App] {

@@ -31,7 +31,9 @@ struct PostgresDeliveryStore: DeliveryStore {
                 deletionID: try row.require("deletion_id"), service: try row.require("service"),
                 deliveryID: try row.require("delivery_id"), attempts: try row.require("attempts"),
                 endpoint: try row.require("endpoint"),
-                secrets: try ([try row.require("secret")] + [try row.decode("previous_secret", as: String.self)].compactMap { $0 })
+                secrets: try
+                    ([try row.require("secret")]
+                    + [try row.decode("previous_secret", as: String.self)].compactMap { $0 })
                     .map { try db.open($0, context: context) },
                 projectID: try row.require("project_id"), fid: try row.require("fid"),
                 reason: try row.require("reason", as: DeletionReason.self),

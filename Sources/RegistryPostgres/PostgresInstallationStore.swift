@@ -146,14 +146,16 @@ struct PostgresSecretStore: SecretStore {
     func secret(named name: String) async throws -> [UInt8] {
         let sealed = try db.box.seal(try SecureRandom.bytes(32), context: Self.context(name))
         try await db.query(
-            "INSERT INTO server_secrets (name, secret) VALUES (\(name), \(ByteA(Array(sealed.utf8)))) ON CONFLICT DO NOTHING")
+            "INSERT INTO server_secrets (name, secret) VALUES (\(name), \(ByteA(Array(sealed.utf8)))) ON CONFLICT DO NOTHING"
+        )
         guard let row = try await db.query("SELECT secret FROM server_secrets WHERE name = \(name)").first else {
             throw RegistryError(.internal, "server secret \(name) missing")
         }
         let stored = String(decoding: try row.require("secret", as: ByteA.self).bytes, as: UTF8.self)
         guard let bytes = try? db.box.open(stored, context: Self.context(name)) else {
             throw RegistryError(
-                .internal, "server secret \(name) does not open with this SECRETS_KEY; start with the key it was sealed with")
+                .internal,
+                "server secret \(name) does not open with this SECRETS_KEY; start with the key it was sealed with")
         }
         return bytes
     }

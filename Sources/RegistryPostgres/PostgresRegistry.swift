@@ -109,7 +109,8 @@ extension PostgresRegistry {
         let db = Database(pool: pool, box: box)
         let check = try box.seal(keyCheckText, context: "server_secrets:" + keyCheck)
         try await db.query(
-            "INSERT INTO server_secrets (name, secret) VALUES (\(keyCheck), \(ByteA(Array(check.utf8)))) ON CONFLICT DO NOTHING")
+            "INSERT INTO server_secrets (name, secret) VALUES (\(keyCheck), \(ByteA(Array(check.utf8)))) ON CONFLICT DO NOTHING"
+        )
         let stored = try await db.query("SELECT secret FROM server_secrets WHERE name = \(keyCheck)").first.map {
             String(decoding: try $0.require("secret", as: ByteA.self).bytes, as: UTF8.self)
         }
@@ -126,7 +127,9 @@ extension PostgresRegistry {
     static func sealLeftovers(_ db: Database) async throws -> Int {
         try await db.transaction { c in
             var sealed = 0
-            for row in try await c.query("SELECT kid, private_pem FROM signing_keys WHERE private_pem NOT LIKE 'enc1:%'") {
+            for row in try await c.query(
+                "SELECT kid, private_pem FROM signing_keys WHERE private_pem NOT LIKE 'enc1:%'")
+            {
                 let kid: String = try row.require("kid")
                 let value = try db.seal(try row.require("private_pem"), context: PostgresSigningKeyStore.context(kid))
                 try await c.query("UPDATE signing_keys SET private_pem = \(value) WHERE kid = \(kid)")

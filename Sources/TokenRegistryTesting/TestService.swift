@@ -76,7 +76,8 @@ public struct TestService: Sendable {
             project: project, platform: .web, bundleID: nil, autoInitDefault: false)
         let port = try app.start()
         return TestService(
-            app: app, port: port, conninfo: conninfo, pool: pool, box: box, project: project, serverKey: key, web: web, ios: ios,
+            app: app, port: port, conninfo: conninfo, pool: pool, box: box, project: project, serverKey: key, web: web,
+            ios: ios,
             android: android, consentFirst: consentFirst)
     }
 

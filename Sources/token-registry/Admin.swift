@@ -33,22 +33,83 @@ enum Admin {
         }
     }
 
+    static let projectUsage = """
+        token-registry project create --id <projectId> --number <projectNumber>
+          Creates a project and prints {"projectId","projectNumber","serverKey"}. The server key is shown once.
+        token-registry project rotate-server-key --id <id|number> [--keep-old-for <duration>]
+          Prints a new server key; the project's older keys keep working for the duration (default 24h; 0s ends
+          them now). Durations: 90s, 30m, 24h, 7d.
+        token-registry project revoke-server-key --id <id|number> [--all]
+          Revokes every server key of the project but the newest (with --all, that one too). Replicas stop
+          accepting a revoked key within 30 seconds.
+        """
+
     static func project(_ arguments: Arguments) async throws -> Int32 {
-        guard arguments.words.first == "create", !arguments.wantsHelp else {
-            print(
-                "token-registry project create --id <projectId> --number <projectNumber>\n"
-                    + "  Creates a project and prints {\"projectId\",\"projectNumber\",\"serverKey\"}. The server key is shown once."
-            )
+        guard !arguments.wantsHelp, let verb = arguments.words.first else {
+            print(projectUsage)
             return arguments.wantsHelp ? 0 : 2
         }
-        try arguments.allow(["id", "number"])
-        let id = try arguments.required("id")
-        guard let number = Int64(try arguments.required("number")) else { throw CLIError("--number must be a number") }
-        return try await withApplication { app in
-            let key = try await app.catalog.createProject(id: id, number: number)
-            printJSON(["projectId": .string(id), "projectNumber": .string(String(number)), "serverKey": .string(key)])
-            return 0
+        switch verb {
+        case "create":
+            try arguments.allow(["id", "number"])
+            let id = try arguments.required("id")
+            guard let number = Int64(try arguments.required("number")) else {
+                throw CLIError("--number must be a number")
+            }
+            return try await withApplication { app in
+                let key = try await app.catalog.createProject(id: id, number: number)
+                printJSON([
+                    "projectId": .string(id), "projectNumber": .string(String(number)), "serverKey": .string(key),
+                ])
+                return 0
+            }
+        case "rotate-server-key":
+            try arguments.allow(["id", "keep-old-for"])
+            let keep = try duration(arguments.options["keep-old-for"] ?? "24h", option: "keep-old-for")
+            return try await withProject(arguments) { app, project in
+                let now = Date()
+                let key = try await app.catalog.rotateServerKey(project: project, keepOldFor: keep, at: now)
+                printJSON([
+                    "projectId": .string(project.id), "serverKey": .string(key),
+                    "oldKeysValidUntil": .string(Timestamp.rfc3339(now.addingTimeInterval(keep))),
+                ])
+                return 0
+            }
+        case "revoke-server-key":
+            try arguments.allow(["id"])
+            return try await withProject(arguments) { app, project in
+                let revoked = try await app.catalog.revokeServerKeys(
+                    project: project, all: arguments.flags.contains("all"), at: Date())
+                printJSON(["projectId": .string(project.id), "revoked": .int(Int64(revoked))])
+                return 0
+            }
+        default:
+            print(projectUsage)
+            return 2
         }
+    }
+
+    private static func withProject(
+        _ arguments: Arguments, _ body: (Application, Project) async throws -> Int32
+    ) async throws -> Int32 {
+        let reference = try arguments.required("id")
+        return try await withApplication { app in
+            guard let project = try await app.catalog.project(reference) else {
+                throw CLIError("no project \(reference)")
+            }
+            return try await body(app, project)
+        }
+    }
+
+    /// `90s`, `30m`, `24h`, `7d` (or a bare number of seconds) in seconds.
+    static func duration(_ text: String, option: String) throws -> TimeInterval {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+        let unit = text.last.flatMap { units[$0] }
+        let number = Double(unit == nil ? text : String(text.dropLast()))
+        guard let number, number >= 0, number <= 3650 * 86_400 / (unit ?? 1) else {
+            throw CLIError("--\(option) must be a duration such as 90s, 30m, 24h or 7d")
+        }
+        return number * (unit ?? 1)
     }
 
     static func app(_ arguments: Arguments) async throws -> Int32 {
@@ -96,17 +157,35 @@ enum Admin {
     }
 
     static func keys(_ arguments: Arguments) async throws -> Int32 {
-        guard arguments.words.first == "rotate", !arguments.wantsHelp else {
+        switch (arguments.words.first, arguments.wantsHelp) {
+        case ("rotate"?, false):
+            try arguments.allow([])
+            return try await withApplication { app in
+                let kid = try await app.tokens.rotate()
+                printJSON(["kid": .string(kid)])
+                return 0
+            }
+        case ("retire"?, false):
+            try arguments.allow(["kid"])
+            let kid = try arguments.required("kid")
+            return try await withApplication { app in
+                guard try await app.tokens.retire(kid: kid) else {
+                    throw CLIError("no signing key \(kid) is in service")
+                }
+                printJSON(["kid": .string(kid), "retired": true])
+                return 0
+            }
+        default:
             print(
-                "token-registry keys rotate — add a new ES256 signing key for auth tokens; tokens signed by older keys keep "
-                    + "verifying until they expire. Replicas pick the new key up within a minute.")
+                """
+                token-registry keys rotate
+                  Adds a new ES256 signing key for auth tokens; tokens signed by older keys keep verifying until they
+                  expire. Replicas pick the new key up within a minute.
+                token-registry keys retire --kid <kid>
+                  Retires a signing key: it stops signing and verifying (tokens it signed stop working, within a minute
+                  on every replica). The newest remaining key signs; with none left, a new one is made.
+                """)
             return arguments.wantsHelp ? 0 : 2
-        }
-        try arguments.allow([])
-        return try await withApplication { app in
-            let kid = try await app.tokens.rotate()
-            printJSON(["kid": .string(kid)])
-            return 0
         }
     }
 }

@@ -8,7 +8,7 @@ struct Arguments {
     var flags: Set<String> = []
 
     /// Options that take no value.
-    static let booleanFlags: Set<String> = ["help", "h"]
+    static let booleanFlags: Set<String> = ["help", "h", "all"]
 
     init(_ raw: [String]) throws {
         var i = 0

@@ -17,10 +17,14 @@ enum TokenRegistryCommand {
           token-registry serve                 run the HTTP service (migrates first)
           token-registry migrate               apply database migrations and exit
           token-registry project create --id <projectId> --number <projectNumber>
+          token-registry project rotate-server-key --id <id|number> [--keep-old-for 24h]
+          token-registry project revoke-server-key --id <id|number> [--all]
           token-registry app create --project <id|number> --platform ios|android|web
                                     [--bundle-id <id>] [--auto-init-default true|false]
                                     [--app-id <id>] [--api-key <key>] [--web-origin <origin>]…
           token-registry keys rotate           add a new auth-token signing key (old keys keep verifying)
+          token-registry keys retire --kid <kid>
+                                               stop a signing key from signing and verifying
           token-registry serviceaccount create --project <id|number> [--base-url <URL>]
                                                print a service-account credential file for the admin SDKs
           token-registry jobs run [--now <RFC 3339 time>]
@@ -116,7 +120,9 @@ struct Database {
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
         do {
             let sealed = try await PostgresRegistry.prepare(pool: pool, box: box)
-            if sealed > 0 { logger.info("sealed secrets stored in clear by an earlier version", [("count", .int(sealed))]) }
+            if sealed > 0 {
+                logger.info("sealed secrets stored in clear by an earlier version", [("count", .int(sealed))])
+            }
             return try await Application.build(
                 configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: clock,
                 logger: logger)

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Glibc
 import JSON
@@ -109,6 +110,37 @@ struct ProcessTests {
                 environment: env))
         #expect(account["type"]?.stringValue == "service_account" && account["project_id"]?.stringValue == "cli-proj")
         #expect(account["token_uri"]?.stringValue == "https://registry.example/token")
+    }
+
+    @Test func aReplicaWithAnotherMasterKeyRefusesToStart() async throws {
+        let url = try await TestDatabase.create()
+        defer { Task { await TestDatabase.drop(url) } }
+        let keyA = Base64URL.encode(try SecureRandom.bytes(32))
+        let keyB = Base64URL.encode(try SecureRandom.bytes(32))
+        _ = try await ServiceProcess.command(
+            ["project", "create", "--id", "key-proj", "--number", "4712"],
+            environment: ["DATABASE_URL": url, "SECRETS_KEY": keyA])
+        let service = try ServiceProcess(environment: ["DATABASE_URL": url, "SECRETS_KEY": keyB])
+        #expect(try await service.waitForExit() != 0)
+        #expect(service.log.contains("SECRETS_KEY"), "\(service.log.suffix(500))")
+        // The right key starts, and the CLI manages keys and server keys with it.
+        let env = ["DATABASE_URL": url, "SECRETS_KEY": keyA]
+        let rotated = try JSONParser.parse(
+            try await ServiceProcess.command(
+                ["project", "rotate-server-key", "--id", "key-proj", "--keep-old-for", "1h"], environment: env))
+        #expect(rotated["serverKey"]?.stringValue?.hasPrefix("trs_") == true)
+        let revoked = try JSONParser.parse(
+            try await ServiceProcess.command(["project", "revoke-server-key", "--id", "key-proj"], environment: env))
+        #expect(revoked["revoked"]?.int64Value == 1)
+        let kid = try JSONParser.parse(try await ServiceProcess.command(["keys", "rotate"], environment: env))["kid"]?
+            .stringValue
+        let retired = try JSONParser.parse(
+            try await ServiceProcess.command(["keys", "retire", "--kid", kid ?? ""], environment: env))
+        #expect(retired["retired"] == .bool(true))
+        await #expect(throws: (any Error).self) {
+            try await ServiceProcess.command(
+                ["project", "rotate-server-key", "--id", "key-proj", "--keep-old-for", "soon"], environment: env)
+        }
     }
 
     @Test func invalidConfigurationStopsStartUpNamingTheVariable() async throws {

@@ -1,7 +1,9 @@
+import Crypto
 import Foundation
 import HTTP
-import Postgres
 import JSON
+import Postgres
+import Registry
 import Synchronization
 import Testing
 import TokenRegistryTesting
@@ -15,7 +17,8 @@ struct SecurityTests {
     @Test func metricsAreBoundedAndCanBePrivate() async throws {
         try await TestService.with(configure: { $0.metricsToken = "metrics-secret-0123456789" }) { s in
             #expect(try await s.request("GET", "/metrics").status == 401)
-            #expect(try await s.request("GET", "/metrics", headers: ["Authorization": "Bearer wrong-token"]).status == 401)
+            #expect(
+                try await s.request("GET", "/metrics", headers: ["Authorization": "Bearer wrong-token"]).status == 401)
             // Methods outside the standard set are one label; they never become label values.
             for n in 0..<20 {
                 _ = try await s.request("X\(n)" + String(repeating: "Y", count: 500), "/healthz")
@@ -103,7 +106,8 @@ struct LogSecrecyTests {
             _ = try await s.request(
                 "POST", "/v1/projects/\(s.project.id)/registrations/\(token)/topicSubscriptions?topicName=news",
                 headers: s.serverHeaders, json: [:])
-            _ = try await s.request("GET", "/v1/projects/\(s.project.id)/registrations/\(token):sendability", headers: s.serverHeaders)
+            _ = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/registrations/\(token):sendability", headers: s.serverHeaders)
             let linked = try await s.request(
                 "POST", "/v1/projects/\(s.project.id)/linkedServices", headers: s.serverHeaders,
                 json: ["name": "crm", "endpoint": "https://crm.example/hook"])
@@ -140,5 +144,152 @@ struct DatabaseErrorRedactionTests {
                 .server, sqlState: "XX000", message: "ERROR:  boom\nDETAIL:  Key (token)=(another-secret) is bad"))
         #expect(other.kind == .internal && !other.description.contains("another-secret"))
         #expect(other.description.contains("boom"))
+    }
+}
+
+@Suite("Secrets at rest, keys that end", .enabled(if: TestDatabase.isAvailable))
+struct SecretsAtRestTests {
+    @Test func noSecretIsStoredInClear() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let linked = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/linkedServices", headers: s.serverHeaders,
+                json: ["name": "crm", "endpoint": "https://crm.example/hook"])
+            let secret = try #require(linked.json?["secret"]?.stringValue)
+            _ = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/linkedServices/crm:rotateSecret", headers: s.serverHeaders)
+            func count(_ sql: String) async throws -> Int {
+                try await s.pool.query(PostgresQuery(unsafeSQL: sql)).first?.require("n") ?? -1
+            }
+            #expect(try await count("SELECT count(*) AS n FROM signing_keys WHERE private_pem NOT LIKE 'enc1:%'") == 0)
+            #expect(try await count("SELECT count(*) AS n FROM signing_keys") >= 1)
+            #expect(
+                try await count(
+                    "SELECT count(*) AS n FROM server_secrets WHERE convert_from(secret, 'UTF8') NOT LIKE 'enc1:%'")
+                    == 0)
+            #expect(
+                try await count(
+                    "SELECT count(*) AS n FROM linked_services WHERE secret NOT LIKE 'enc1:%' OR previous_secret NOT LIKE 'enc1:%'"
+                )
+                    == 0)
+            // Nothing minted appears anywhere in those tables' text.
+            for minted in [secret, i.refreshToken, s.serverKey] {
+                let hits = try await s.pool.query(
+                    """
+                    SELECT (SELECT count(*) FROM linked_services l WHERE l::text LIKE '%' || \(minted) || '%')
+                         + (SELECT count(*) FROM installations n WHERE n::text LIKE '%' || \(minted) || '%')
+                         + (SELECT count(*) FROM server_keys k WHERE k::text LIKE '%' || \(minted) || '%') AS n
+                    """)
+                #expect(try hits.first?.require("n", as: Int.self) == 0)
+            }
+        }
+    }
+
+    @Test func anotherMasterKeyIsRefusedAndLeftoversInClearAreSealed() async throws {
+        try await TestService.with { s in
+            let other = try SecretBox(key: try SecureRandom.bytes(32))
+            await #expect(throws: RegistryError.self) { try await PostgresRegistry.prepare(pool: s.pool, box: other) }
+            // A secret an older version stored in clear is sealed at the next start, and still works.
+            _ = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/linkedServices", headers: s.serverHeaders,
+                json: ["name": "legacy", "endpoint": "https://legacy.example/hook"])
+            try await s.pool.query(
+                "UPDATE linked_services SET secret = 'whsec_from_an_old_version' WHERE name = 'legacy'")
+            #expect(try await PostgresRegistry.prepare(pool: s.pool, box: s.box) == 1)
+            let stored: String? = try await s.pool.query("SELECT secret FROM linked_services WHERE name = 'legacy'")
+                .first?
+                .require("secret")
+            #expect(stored?.hasPrefix("enc1:") == true)
+            let i = try await s.createInstallation()
+            _ = try await s.request(
+                "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+            let body = Array("{}".utf8)
+            let signed = WebhookSignature.header(
+                secrets: ["whsec_from_an_old_version"], timestamp: Int64(Date().timeIntervalSince1970), body: body)
+            let ack = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/deletions/\(i.fid)/acks/legacy",
+                headers: ["Registry-Signature": signed], body: body)
+            #expect(ack.status == 200, "\(ack)")
+        }
+    }
+
+    /// A token signed by the current key, with the claims given.
+    static func forge(_ s: TestService, fid: String, iat: Int64, exp: Int64) async throws -> String {
+        let row = try #require(
+            try await s.pool.query(
+                "SELECT kid, private_pem FROM signing_keys WHERE retired_at IS NULL ORDER BY created_at DESC LIMIT 1"
+            ).first)
+        let kid: String = try row.require("kid")
+        let pem = try s.box.openString(try row.require("private_pem"), context: "signing_keys:" + kid)
+        let header: JSONValue = ["alg": "ES256", "kid": .string(kid), "typ": "JWT"]
+        let claims: JSONValue = [
+            "appId": .string(s.web.id), "exp": .int(exp), "fid": .string(fid),
+            "projectNumber": .int(s.project.number), "iat": .int(iat),
+        ]
+        return try JWS.sign(header: header.encoded(), payload: claims.encoded(), key: try ES256PrivateKey(pem: pem))
+    }
+
+    @Test func tokensLivingLongerThanSevenDaysAreRefused() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let now = Int64(Date().timeIntervalSince1970)
+            let consent = "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent"
+            let week = try await Self.forge(s, fid: i.fid, iat: now, exp: now + 604_800)
+            #expect(
+                try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": week]).status == 200
+            )
+            let longer = try await Self.forge(s, fid: i.fid, iat: now, exp: now + 604_801)
+            #expect(
+                try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": longer]).status
+                    == 401)
+            let noIssueTime = try await Self.forge(s, fid: i.fid, iat: 0, exp: now + 60)
+            #expect(
+                try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": noIssueTime]).status
+                    == 401)
+        }
+    }
+
+    @Test func aRetiredSigningKeyStopsVerifying() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let consent = "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent"
+            let oldKid = try #require(
+                JWS.parse(i.authToken).flatMap { try? JSONParser.parse($0.header) }?["kid"]?.stringValue)
+            _ = try await s.app.tokens.rotate()
+            #expect(try await s.app.tokens.retire(kid: oldKid))
+            #expect(
+                try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": i.authToken]).status
+                    == 401)
+            #expect(!(try await s.request("GET", "/.well-known/jwks.json").text.contains(oldKid)))
+            let fresh = try await s.createInstallation()
+            #expect(
+                try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/installations/\(fresh.fid)/consent",
+                    headers: ["x-goog-firebase-installations-auth": fresh.authToken]
+                ).status == 200)
+            #expect(!(try await s.app.tokens.retire(kid: oldKid)))
+        }
+    }
+
+    @Test func serverKeysRotateWithAnOverlapAndCanBeRevoked() async throws {
+        try await TestService.with { s in
+            let linked = "/v1/projects/\(s.project.id)/linkedServices"
+            let now = Date()
+            let second = try await s.app.catalog.rotateServerKey(project: s.project, keepOldFor: 3600, at: now)
+            #expect(try await s.request("GET", linked, headers: ["Authorization": "Bearer \(second)"]).status == 200)
+            #expect(try await s.request("GET", linked, headers: s.serverHeaders).status == 200)  // the overlap
+            let later = now.addingTimeInterval(1)
+            let third = try await s.app.catalog.rotateServerKey(project: s.project, keepOldFor: 0, at: later)
+            #expect(try await s.app.catalog.revokeServerKeys(project: s.project, all: false, at: later) == 0)
+            let other = try await s.addProject(id: "other-proj", number: 99_999)
+            // A key that was never used here (so not cached) is refused at once once expired.
+            _ = try await s.app.catalog.rotateServerKey(project: other.project, keepOldFor: 0, at: Date())
+            let refused = try await s.request(
+                "GET", "/v1/projects/other-proj/linkedServices", headers: ["Authorization": "Bearer \(other.serverKey)"]
+            )
+            #expect(refused.status == 401)
+            #expect(try await s.request("GET", linked, headers: ["Authorization": "Bearer \(third)"]).status == 200)
+            #expect(try await s.app.catalog.revokeServerKeys(project: s.project, all: true, at: later + 1) == 1)
+        }
     }
 }

@@ -143,7 +143,8 @@ struct DomainServiceTests {
                 projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
             let i = try await f.installation()
             _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
-            let (new, until) = try #require(try await f.services.deletions.rotateSecret(projectID: f.project.id, name: "crm"))
+            let (new, until) = try #require(
+                try await f.services.deletions.rotateSecret(projectID: f.project.id, name: "crm"))
             #expect(new != old && until == f.clock.now().addingTimeInterval(86_400))
             f.transport.answer("https://crm.example/hook", .status(202))
             _ = try await f.services.jobs.deliverDue()

@@ -10,6 +10,7 @@ extension InMemoryStores: CatalogStore, SigningKeyStore, StoreHealth {
         }
         projects[project.id] = project
         serverKeys[serverKeyHash] = project.id
+        serverKeyOrder.append(serverKeyHash)
     }
 
     public func insertApp(_ app: App) async throws {
@@ -27,7 +28,29 @@ extension InMemoryStores: CatalogStore, SigningKeyStore, StoreHealth {
 
     public func app(apiKey: String) async throws -> App? { apps.values.first { $0.apiKey == apiKey } }
 
-    public func projectID(serverKeyHash: [UInt8]) async throws -> String? { serverKeys[serverKeyHash] }
+    public func projectID(serverKeyHash: [UInt8]) async throws -> String? {
+        guard let project = serverKeys[serverKeyHash] else { return nil }
+        if let expires = serverKeyExpiry[serverKeyHash], expires <= clock.now() { return nil }
+        return project
+    }
+
+    public func addServerKey(projectID: String, hash: [UInt8], at: Date, othersExpireAt: Date) async throws {
+        for (other, project) in serverKeys where project == projectID {
+            if serverKeyExpiry[other].map({ $0 > othersExpireAt }) ?? true { serverKeyExpiry[other] = othersExpireAt }
+        }
+        serverKeys[hash] = projectID
+        serverKeyOrder.append(hash)
+    }
+
+    public func revokeServerKeys(projectID: String, keepNewest: Bool, at: Date) async throws -> Int {
+        let keys = serverKeyOrder.filter { serverKeys[$0] == projectID }
+        var revoked = 0
+        for key in keepNewest ? keys.dropLast() : keys[...] where serverKeyExpiry[key].map({ $0 > at }) ?? true {
+            serverKeyExpiry[key] = at
+            revoked += 1
+        }
+        return revoked
+    }
 
     public func apps(projectID: String) async throws -> [App] {
         apps.values.filter { $0.projectID == projectID }.sorted { $0.id < $1.id }

@@ -31,7 +31,8 @@ extension InMemoryStores: DeletionStore {
         return [linked.secret] + [previous].compactMap { $0 }
     }
 
-    public func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool {
+    public func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool
+    {
         guard let linked = services[projectID]?[name] else { return false }
         previousSecrets[projectID + "\u{0}" + name] = (linked.secret, previousUntil)
         services[projectID]?[name] = (linked.service, secret)
@@ -98,7 +99,8 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
                     ClaimedDelivery(
                         deletionID: id, service: name, deliveryID: delivery.deliveryID,
                         attempts: delivery.attempts + 1, endpoint: linked.service.endpoint,
-                        secrets: try await linkedServiceSecrets(projectID: deletion.projectID, name: name, at: now) ?? [],
+                        secrets: try await linkedServiceSecrets(projectID: deletion.projectID, name: name, at: now)
+                            ?? [],
                         projectID: deletion.projectID, fid: deletion.fid, reason: deletion.reason,
                         requestedAt: deletion.requestedAt, deadline: deletion.deadline))
             }

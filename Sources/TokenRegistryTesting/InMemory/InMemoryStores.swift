@@ -37,6 +37,8 @@ public actor InMemoryStores {
 
     var projects: [String: Project] = [:]
     var serverKeys: [[UInt8]: String] = [:]
+    var serverKeyExpiry: [[UInt8]: Date] = [:]
+    var serverKeyOrder: [[UInt8]] = []
     var apps: [String: App] = [:]
     var installations: [Key: Installation] = [:]
     var consents: [Key: [String: ConsentState]] = [:]
