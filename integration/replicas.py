@@ -51,6 +51,7 @@ class Receiver(http.server.BaseHTTPRequestHandler):
 def start_replica(port, workdir):
     log = open(os.path.join(workdir, f"replica-{port}.log"), "a")
     env = {**os.environ, "DATABASE_URL": DB.url, "PORT": str(port), "HOST": "127.0.0.1", "LOG_LEVEL": "warning",
+           "LINKED_SERVICE_ALLOW_PRIVATE": "true",  # the receiver is on loopback
            "JOBS_INTERVAL_SECONDS": "1", "RATE_LIMIT_CREATE_PER_ADDRESS": "0"}
     return subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log)
 

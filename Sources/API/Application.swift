@@ -34,15 +34,17 @@ public final class Application: Sendable {
     /// Assembles the service on `stores` (already migrated).
     public static func build(
         configuration: Configuration, stores: RegistryStores, clock: any Clock = SystemClock(),
-        logger: Logger? = nil,
-        transport: any DeliveryTransport = URLSessionDeliveryTransport()
+        logger: Logger? = nil, transport: (any DeliveryTransport)? = nil, resolver: any HostResolver = SystemResolver()
     ) async throws -> Application {
         // The jobs run on the database's clock, unless the service was given a clock of its own to live by (an
         // operator's `jobs run --now`, a test moving through 180 days).
         let services = try await RegistryServices.make(
             stores: stores, clock: clock,
             freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays),
-            policy: configuration.deletionPolicy, transport: transport,
+            policy: configuration.deletionPolicy,
+            transport: transport
+                ?? SocketDeliveryTransport(policy: configuration.deletionPolicy.endpoints, resolver: resolver),
+            resolver: resolver,
             jobTime: clock is SystemClock ? .database : .explicit(clock))
         return Application(
             configuration: configuration, services: services, logger: logger ?? Logger(level: configuration.logLevel))

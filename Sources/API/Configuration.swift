@@ -130,9 +130,10 @@ public struct Configuration: Sendable {
         c.deletionPolicy.eventRetention =
             Double(try reader.int("EVENT_RETENTION_DAYS", default: 7, range: 1...365)) * 86_400
         if let hosts = env["LINKED_SERVICE_HOSTS"], !hosts.isEmpty {
-            c.deletionPolicy.allowedHosts = Set(
-                hosts.split(separator: ",").map { $0.trimmingCharacters(in: " ").lowercased() })
+            c.deletionPolicy.endpoints.allowedHosts = Set(
+                hosts.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() })
         }
+        c.deletionPolicy.endpoints.allowPrivate = try reader.bool("LINKED_SERVICE_ALLOW_PRIVATE", default: false)
         c.jobsIntervalSeconds = Double(try reader.int("JOBS_INTERVAL_SECONDS", default: 10, range: 0...86_400))
         guard c.expireDays > c.staleDays else {
             throw ConfigurationError(variable: "EXPIRE_AFTER_DAYS", problem: "must be larger than STALE_AFTER_DAYS")

@@ -14,6 +14,8 @@
 #include <openssl/core_names.h>
 #include <openssl/param_build.h>
 #include <openssl/x509.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 // Function-like macros are not imported by Swift; wrap the ones needed.
 static inline long shim_BIO_get_mem_data(BIO *bio, char **pp) { return BIO_get_mem_data(bio, pp); }
@@ -99,5 +101,14 @@ static inline EVP_PKEY *shim_rsa_generate(unsigned int bits) {
     }
     EVP_PKEY_CTX_free(ctx);
     return key;
+}
+/// TLS 1.2 at least: `SSL_CTX_set_min_proto_version` is a macro.
+static inline int shim_SSL_CTX_require_tls12(SSL_CTX *ctx) {
+    return (int)SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+}
+
+/// SNI: `SSL_set_tlsext_host_name` is a macro.
+static inline int shim_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {
+    return (int)SSL_set_tlsext_host_name(ssl, name);
 }
 #endif

@@ -126,8 +126,8 @@ public struct DeletionPolicy: Sendable {
     public var expireAfter: TimeInterval = 270 * 86_400
     /// Change-feed events are kept this long.
     public var eventRetention: TimeInterval = 7 * 86_400
-    /// When set, linked-service endpoints must use one of these hosts.
-    public var allowedHosts: Set<String>?
+    /// Where notices may go: never inside the network unless allowed (and only to listed hosts, when listed).
+    public var endpoints = EndpointPolicy()
 
     public init() {}
 
@@ -145,12 +145,17 @@ public struct DeletionService: Sendable {
     public let clock: any Clock
     public let policy: DeletionPolicy
     let fidHasher: FIDHasher
+    let resolver: any HostResolver
 
-    public init(store: any DeletionStore, clock: any Clock, policy: DeletionPolicy, fidHasher: FIDHasher) {
+    public init(
+        store: any DeletionStore, clock: any Clock, policy: DeletionPolicy, fidHasher: FIDHasher,
+        resolver: any HostResolver
+    ) {
         self.store = store
         self.clock = clock
         self.policy = policy
         self.fidHasher = fidHasher
+        self.resolver = resolver
     }
 
     // MARK: - Linked services
@@ -173,12 +178,13 @@ public struct DeletionService: Sendable {
         guard DeletionService.isValidServiceName(name) else {
             throw RegistryError.invalid("name", "1-63 lower-case letters, digits and hyphens, starting with a letter")
         }
-        guard endpoint.utf8.count <= 2048, let url = URL(string: endpoint), let scheme = url.scheme?.lowercased(),
-            scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty
-        else { throw RegistryError.invalid("endpoint", "must be an absolute http(s) URL") }
-        if let allowed = policy.allowedHosts, !allowed.contains(host.lowercased()) {
-            throw RegistryError.invalid("endpoint", "host \(host) is not in LINKED_SERVICE_HOSTS")
-        }
+        // Refused when the host is, or resolves to, an address inside; a name that does not resolve now is checked
+        // again at every delivery, after resolution, against the address actually connected to.
+        do {
+            _ = try await policy.endpoints.addresses(of: try Endpoint(endpoint), resolver: resolver)
+        } catch let error as RegistryError where error.kind == .invalidArgument {
+            throw error
+        } catch {}
         let secret = try DeletionService.newSecret()
         let service = LinkedService(name: name, endpoint: endpoint, createdAt: clock.now())
         guard try await store.addLinkedService(projectID: projectID, service: service, secret: secret) else {

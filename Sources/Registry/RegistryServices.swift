@@ -22,7 +22,7 @@ public struct RegistryServices: Sendable {
     /// - Parameter jobTime: where the jobs read the time: the database's clock, or an explicit one.
     public static func make(
         stores: RegistryStores, clock: any Clock, freshness: Freshness = Freshness(),
-        policy: DeletionPolicy = DeletionPolicy(), transport: any DeliveryTransport,
+        policy: DeletionPolicy = DeletionPolicy(), transport: any DeliveryTransport, resolver: any HostResolver,
         jobTime: JobClock.Source = .database
     ) async throws -> RegistryServices {
         let tokens = TokenIssuer(store: stores.signingKeys, clock: clock)
@@ -33,13 +33,13 @@ public struct RegistryServices: Sendable {
             tokenKey: try await stores.secrets.secret(named: "access-token-hmac"))
         return RegistryServices(
             stores: stores, tokens: tokens, fidHasher: fidHasher, serviceAccounts: serviceAccounts, clock: clock,
-            freshness: freshness, policy: policy, transport: transport, jobTime: jobTime)
+            freshness: freshness, policy: policy, transport: transport, resolver: resolver, jobTime: jobTime)
     }
 
     private init(
         stores: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher, serviceAccounts: ServiceAccountService,
         clock: any Clock, freshness: Freshness,
-        policy: DeletionPolicy, transport: any DeliveryTransport, jobTime: JobClock.Source
+        policy: DeletionPolicy, transport: any DeliveryTransport, resolver: any HostResolver, jobTime: JobClock.Source
     ) {
         self.tokens = tokens
         self.serviceAccounts = serviceAccounts
@@ -54,7 +54,8 @@ public struct RegistryServices: Sendable {
         targeting = TargetingService(
             store: stores.targeting, registrations: registrations, installations: installations, consent: consent,
             clock: clock, freshness: freshness)
-        deletions = DeletionService(store: stores.deletions, clock: clock, policy: policy, fidHasher: fidHasher)
+        deletions = DeletionService(
+            store: stores.deletions, clock: clock, policy: policy, fidHasher: fidHasher, resolver: resolver)
         feed = ChangeFeed(store: stores.feed)
         checkins = CheckinService(store: stores.checkins, clock: clock)
         jobs = Jobs(

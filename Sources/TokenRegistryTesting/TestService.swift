@@ -35,6 +35,8 @@ public struct TestService: Sendable {
         let conninfo = try await TestDatabase.create()
         var configuration = Configuration(http: .init(host: "127.0.0.1", port: 0, eventLoops: 2))
         configuration.databasePoolSize = 8
+        // Test services and their receivers live on loopback; tests of the refusal turn this off.
+        configuration.deletionPolicy.endpoints.allowPrivate = true
         configure(&configuration)
         try await Schema.migrator.migrate(conninfo: conninfo)
         let pool = PostgresRegistry.pool(

@@ -61,7 +61,7 @@ struct DomainFixture {
     private init(databaseTime: Bool, stores: (any Clock) -> RegistryStores) async throws {
         services = try await RegistryServices.make(
             stores: stores(clock), clock: clock, freshness: Freshness(staleDays: 30, expireDays: 270),
-            transport: transport, jobTime: databaseTime ? .database : .explicit(clock))
+            transport: transport, resolver: StaticResolver(), jobTime: databaseTime ? .database : .explicit(clock))
         _ = try await services.catalog.createProject(id: project.id, number: project.number)
         web = try await services.catalog.createApp(
             project: project, platform: .web, bundleID: nil, autoInitDefault: true)

@@ -1,0 +1,57 @@
+import Registry
+import Testing
+import TokenRegistryTesting
+
+/// Which hosts a linked service may name: every spelling of an internal address is recognised.
+@Suite("Endpoint rules")
+struct EndpointRulesTests {
+    @Test(arguments: [
+        "127.0.0.1", "127.1", "2130706433", "0x7f000001", "0177.0.0.1", "0x7f.1", "[::1]", "::1", "[::ffff:127.0.0.1]",
+        "[::ffff:7f00:1]", "[::127.0.0.1]", "[64:ff9b::7f00:1]", "169.254.169.254", "10.0.0.5", "172.16.0.1",
+        "172.31.255.255", "192.168.1.1", "100.64.0.1", "0.0.0.0", "0", "224.0.0.1", "255.255.255.255", "[fc00::1]",
+        "[fd12:3456::1]", "[fe80::1]", "[ff02::1]", "[::]", "[fe80::1%25eth0]",
+    ])
+    func internalAddressesAreRecognisedInEverySpelling(_ host: String) throws {
+        let address = try #require(IPAddress.literal(host), "\(host) is an address literal")
+        #expect(!address.isPublic, "\(host) → \(address)")
+    }
+
+    @Test(arguments: ["93.184.216.34", "8.8.8.8", "172.32.0.1", "100.128.0.1", "[2606:4700::1111]", "1.1.1.1"])
+    func publicAddressesPass(_ host: String) throws {
+        #expect(try #require(IPAddress.literal(host)).isPublic)
+    }
+
+    @Test func namesAreNotLiterals() {
+        for host in ["crm.example", "localhost", "1.2.3.4.example", "0x7f.example"] {
+            #expect(IPAddress.literal(host) == nil)
+        }
+    }
+
+    @Test func namesAreJudgedByEveryAddressTheyResolveTo() async throws {
+        let resolver = StaticResolver([
+            "public.example": [.v4(0x5db8_d822)], "inside.example": [.v4(0x0a00_0001)],
+            "mixed.example": [.v4(0x5db8_d822), .v4(0x7f00_0001)], "localhost": [.v4(0x7f00_0001)],
+        ])
+        let policy = EndpointPolicy()
+        #expect(try await policy.addresses(of: Endpoint("https://public.example/hook"), resolver: resolver).count == 1)
+        for host in ["inside.example", "mixed.example", "localhost"] {
+            await #expect(throws: RegistryError.self) {
+                _ = try await policy.addresses(of: Endpoint("https://\(host)/hook"), resolver: resolver)
+            }
+        }
+        let open = EndpointPolicy(allowPrivate: true)
+        #expect(try await open.addresses(of: Endpoint("http://localhost:8080/x"), resolver: resolver).count == 1)
+        let listed = EndpointPolicy(allowPrivate: true, allowedHosts: ["crm.example"])
+        await #expect(throws: RegistryError.self) {
+            _ = try await listed.addresses(of: Endpoint("http://localhost/x"), resolver: resolver)
+        }
+    }
+
+    @Test func endpointsParse() throws {
+        let e = try Endpoint("https://CRM.example:8443/hooks/deletions?v=2")
+        #expect(e.scheme == "https" && e.host == "crm.example" && e.port == 8443 && e.target == "/hooks/deletions?v=2")
+        for bad in ["ftp://x/", "http:///x", "https://user:pw@x/", "//x/y", "http://x:0/", "http://a b/"] {
+            #expect(throws: RegistryError.self, "\(bad)") { try Endpoint(bad) }
+        }
+    }
+}
