@@ -4,7 +4,7 @@
 # SIGKILL'd under load) and the conformance tests with the real Firebase Python clients, then stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh haproxy chromium
+scripts/install-deps.sh haproxy chromium openssl
 . scripts/swift-env.sh
 cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start
 eval "$cluster_env"

@@ -44,13 +44,18 @@ public struct SocketDeliveryTransport: DeliveryTransport {
     let policy: EndpointPolicy
     let resolver: any HostResolver
     let timeout: Duration
+    let trustAnchors: String?
 
+    /// `trustAnchors`: a PEM file of the certificate authorities https endpoints must chain to (default: the system's
+    /// trust store, or `SSL_CERT_FILE`).
     public init(
-        policy: EndpointPolicy, resolver: any HostResolver = SystemResolver(), timeout: Duration = .seconds(10)
+        policy: EndpointPolicy, resolver: any HostResolver = SystemResolver(), timeout: Duration = .seconds(10),
+        trustAnchors: String? = nil
     ) {
         self.policy = policy
         self.resolver = resolver
         self.timeout = timeout
+        self.trustAnchors = trustAnchors
     }
 
     public func post(endpoint: String, body: [UInt8], headers: [(String, String)]) async -> DeliveryResponse {
@@ -76,7 +81,8 @@ public struct SocketDeliveryTransport: DeliveryTransport {
             DispatchQueue.global().async {
                 continuation.resume(
                     returning: OutboundRequest.send(
-                        bytes, to: addresses, endpoint: target, deadline: OutboundRequest.deadline(after: remaining)))
+                        bytes, to: addresses, endpoint: target, deadline: OutboundRequest.deadline(after: remaining),
+                        trustAnchors: trustAnchors))
             }
         }
     }
@@ -100,9 +106,9 @@ enum OutboundRequest {
         return Int32(min(1000, (deadline - nanos) / 1_000_000 + 1))
     }
 
-    static func send(_ request: [UInt8], to addresses: [IPAddress], endpoint: Endpoint, deadline: UInt64)
-        -> DeliveryResponse
-    {
+    static func send(
+        _ request: [UInt8], to addresses: [IPAddress], endpoint: Endpoint, deadline: UInt64, trustAnchors: String?
+    ) -> DeliveryResponse {
         var lastFailure = "connection failed"
         for address in addresses {
             let fd: Int32
@@ -116,7 +122,8 @@ enum OutboundRequest {
             defer { close(fd) }
             if endpoint.scheme == "https" {
                 do {
-                    let tls = try TLSClient(fd: fd, serverName: endpoint.host, deadline: deadline)
+                    let tls = try TLSClient(
+                        fd: fd, serverName: endpoint.host, deadline: deadline, trustAnchors: trustAnchors)
                     try tls.write(request)
                     return status { try tls.read(upTo: 16 * 1024) }
                 } catch let error as CryptoError {

@@ -16,7 +16,8 @@ public final class TLSClient {
     /// Connects TLS on `fd` and verifies the peer.
     ///
     /// - Throws: ``CryptoError`` when the handshake fails, the certificate does not verify or time runs out.
-    public init(fd: Int32, serverName: String, deadline: UInt64) throws {
+    /// `trustAnchors`, when set, is a PEM file of the only certificate authorities trusted (instead of the system's).
+    public init(fd: Int32, serverName: String, deadline: UInt64, trustAnchors: String? = nil) throws {
         guard let method = TLS_client_method(), let context = SSL_CTX_new(method) else {
             throw CryptoError(.invalidKey, "TLS context failed")
         }
@@ -25,7 +26,13 @@ public final class TLSClient {
         self.deadline = deadline
         _ = shim_SSL_CTX_require_tls12(context)
         SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
-        guard SSL_CTX_set_default_verify_paths(context) == 1, let ssl = SSL_new(context) else {
+        let trusted =
+            if let trustAnchors {
+                SSL_CTX_load_verify_locations(context, trustAnchors, nil)
+            } else {
+                SSL_CTX_set_default_verify_paths(context)
+            }
+        guard trusted == 1, let ssl = SSL_new(context) else {
             SSL_CTX_free(context)
             throw CryptoError(.invalidKey, "TLS trust store failed")
         }
