@@ -10,7 +10,9 @@ let swiftSettings: [SwiftSetting] = [
 let package = Package(
     name: "TokenRegistry",
     products: [
-        .executable(name: "token-registry", targets: ["token-registry"])
+        .executable(name: "token-registry", targets: ["token-registry"]),
+        // For the libFuzzer targets (fuzz/Package.swift), which build these with coverage instrumentation.
+        .library(name: "TokenRegistryParsers", targets: ["HTTP", "JSON", "Crypto", "Registry"]),
     ],
     targets: [
         // System libraries: Debian -dev packages wrapped as modules.

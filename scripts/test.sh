@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what is missing, starts a throwaway PostgreSQL, runs the Swift tests
 # (unit, property, live-server), the load-balancer topology test (three replicas behind HAProxy, one SIGTERM'd and one
-# SIGKILL'd under load) and the conformance tests with the real Firebase Python clients, then stops.
+# SIGKILL'd under load), the conformance tests with the real Firebase Python clients and a bounded fuzzing run, then
+# stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh haproxy chromium openssl
@@ -18,3 +19,5 @@ python3 integration/replicas.py
 python3 integration/browser.py
 python3 integration/slowclients.py
 conformance/run.sh
+# The parsers under libFuzzer, 20 s each from the committed seeds (longer runs: scripts/fuzz.sh 600).
+scripts/fuzz.sh 20

@@ -274,7 +274,10 @@ public struct HTTPParser {
         while i < range.upperBound {
             let b = buffer[i]
             if b == 0 { return HTTPParseError(400, "NUL byte in the request head") }
-            if b == 0x0a, i == 0 || buffer[i - 1] != 0x0d { return HTTPParseError(400, "bare LF in the request head") }
+            // The byte before the head belongs to the previous request's body: an LF at the head's start is bare.
+            if b == 0x0a, i == position || buffer[i - 1] != 0x0d {
+                return HTTPParseError(400, "bare LF in the request head")
+            }
             if b == 0x0d {
                 if i + 1 < buffer.count {
                     if buffer[i + 1] != 0x0a { return HTTPParseError(400, "bare CR in the request head") }

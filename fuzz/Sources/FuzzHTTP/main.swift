@@ -1,0 +1,52 @@
+import FuzzSupport
+import HTTP
+
+// Any bytes as a connection's input (pipelined requests, chunked bodies, gzip bodies): the parser yields requests or
+// one error and never crashes. The first byte picks a read size; the events must be the same whether the input arrives
+// whole or in reads of that size, since a client chooses how its bytes are split.
+struct Outcome: Equatable {
+    var requests: [String] = []
+    var error: Int?
+}
+
+func drain(_ parser: inout HTTPParser, into outcome: inout Outcome) -> Bool {
+    while true {
+        switch parser.next() {
+        case .needMore: return true
+        case .expectContinue: continue
+        case let .request(request):
+            outcome.requests.append(
+                "\(request.method) \(request.target) \(request.body.count) \(request.body.hashValue)")
+        case let .error(error):
+            outcome.error = error.status
+            return false
+        }
+    }
+}
+
+var limits = HTTPLimits()
+limits.maxRequestLineBytes = 512
+limits.maxHeaderBytes = 2048
+limits.maxHeaderCount = 20
+limits.maxBodyBytes = 64 * 1024
+
+Fuzzer.run { bytes in
+    guard let first = bytes.first else { return }
+    let input = bytes.dropFirst()
+    let step = Int(first % 16) + 1
+    var whole = HTTPParser(limits: limits)
+    var wholeOutcome = Outcome()
+    whole.append(input)
+    _ = drain(&whole, into: &wholeOutcome)
+    var split = HTTPParser(limits: limits)
+    var splitOutcome = Outcome()
+    var offset = input.startIndex
+    while offset < input.endIndex {
+        let end = min(offset + step, input.endIndex)
+        split.append(input[offset..<end])
+        offset = end
+        guard drain(&split, into: &splitOutcome) else { break }
+    }
+    precondition(
+        wholeOutcome == splitOutcome, "events depend on how the bytes were split: \(wholeOutcome) \(splitOutcome)")
+}
