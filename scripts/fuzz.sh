@@ -23,7 +23,7 @@ if ! swift build --package-path fuzz --scratch-path .build/fuzz -Xswiftc -saniti
   exit 1
 fi
 bin=.build/fuzz/debug
-printf '%-14s %10s %8s %12s %8s\n' target runs seconds "runs/s" crashes
+printf '%-14s %12s %10s %8s %8s\n' target runs "runs/s" corpus crashes
 status=0
 for target in "${targets[@]}"; do
   [ -x "$bin/$target" ] || { echo "$target did not build" >&2; exit 1; }
@@ -34,7 +34,7 @@ for target in "${targets[@]}"; do
   "$bin/$target" "$scratch" "fuzz/corpus/$name" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=4096 \
     -max_len=8192 -print_final_stats=1 -artifact_prefix="$artifacts/$target-" >"$log" 2>&1 || rc=$?
   runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
-  took=$(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | grep -oE 'in [0-9]+' | grep -oE '[0-9]+' || echo "$seconds")
+  rate=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
   crashes=0
   if [ "$rc" != 0 ]; then
     crashes=1
@@ -42,7 +42,8 @@ for target in "${targets[@]}"; do
     echo "$target FAILED (exit $rc); the input is in $artifacts/, the log in $log:" >&2
     grep -E "ERROR|Fatal error|precondition|SUMMARY|Test unit written" "$log" | head -10 >&2
   fi
-  printf '%-14s %10s %8s %12s %8s\n' "$target" "$runs" "$took" "$(( runs / (took > 0 ? took : 1) ))" "$crashes"
+  corpus=$(( $(ls "$scratch" | wc -l) + $(ls "fuzz/corpus/$name" | wc -l) ))
+  printf '%-14s %12s %10s %8s %8s\n' "$target" "$runs" "$rate" "$corpus" "$crashes"
   rm -rf "$scratch"
 done
 exit $status
