@@ -18,6 +18,7 @@ python3 integration/topology.py
 python3 integration/replicas.py
 python3 integration/browser.py
 python3 integration/slowclients.py
+python3 integration/firstrun.py
 conformance/run.sh
 # The parsers under libFuzzer, 20 s each from the committed seeds (longer runs: scripts/fuzz.sh 600).
 scripts/fuzz.sh 20

@@ -22,25 +22,60 @@ public struct EmbeddedPostgres: Sendable {
     /// The libpq connection string of the cluster's database.
     public var conninfo: String { "host=\(socketDirectory) port=\(port) dbname=\(database) user=postgres" }
 
-    /// Creates the cluster on first use, starts it unless it already runs, creates the database.
+    /// Where the cluster can live. As root the server runs as `postgres`, which must be able to reach the directory;
+    /// under a private parent (root's home is 0700) it cannot, so the cluster moves to
+    /// `/var/lib/token-registry/<checkout>-<hash of the path>` (the same place for the same checkout every time).
     ///
-    /// - Returns: the connection string, and whether this call started the server (so the caller stops it).
+    /// - Returns: this cluster, or the relocated one, and a note saying why it moved.
+    public func located() async throws -> (cluster: EmbeddedPostgres, note: String?) {
+        guard getuid() == 0 else { return (self, nil) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try await run("/bin/chown", ["postgres:postgres", directory], asPostgres: false)
+        let reachable =
+            (try? await run("/usr/bin/test", ["-x", directory, "-a", "-w", directory], asPostgres: true)) != nil
+        if reachable { return (self, nil) }
+        let checkout = URL(fileURLWithPath: FileManager.default.currentDirectoryPath).lastPathComponent
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in directory.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        let moved = "/var/lib/token-registry/\(checkout)-\(String(hash, radix: 16).prefix(8))"
+        let relocated = EmbeddedPostgres(directory: moved, database: database, port: port)
+        return (
+            relocated,
+            "the postgres user cannot reach \(directory) (a parent directory is private); the cluster lives in \(moved)"
+        )
+    }
+
+    /// Creates the cluster on first use, starts it unless it already runs, creates the database. A cluster left
+    /// running by a service that was killed is adopted: whoever holds the directory's lock owns the cluster and
+    /// stops it on exit; a second service on the same directory while the first runs shares it and leaves it up.
+    ///
+    /// - Parameter progress: told each step (creating, starting, adopting), so a first start is never silent.
+    /// - Returns: the connection string, and whether the caller owns the server (so stops it on exit).
     /// - Throws: ``PostgresError`` `.connectionFailed` with an actionable message (binaries missing, start failed).
-    public func start() async throws -> (conninfo: String, started: Bool) {
+    public func start(progress: @Sendable (String) -> Void = { _ in }) async throws -> (conninfo: String, started: Bool)
+    {
         let bin = try EmbeddedPostgres.binaryDirectory()
         let asRoot = getuid() == 0
         try FileManager.default.createDirectory(atPath: socketDirectory, withIntermediateDirectories: true)
+        let owner = EmbeddedPostgres.lock(directory + "/owner.lock")
         if asRoot {
             try await run("/bin/chown", ["-R", "postgres:postgres", directory], asPostgres: false)
             try await run("/bin/chmod", ["700", directory], asPostgres: false)
         }
         if !FileManager.default.fileExists(atPath: dataDirectory + "/PG_VERSION") {
+            progress("creating the PostgreSQL cluster in \(dataDirectory)")
             try await run(
                 bin + "/initdb", ["-D", dataDirectory, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
                 asPostgres: asRoot)
         }
         let running = (try? await run(bin + "/pg_ctl", ["-D", dataDirectory, "status"], asPostgres: asRoot)) != nil
-        if !running {
+        if running {
+            progress(
+                owner
+                    ? "adopting the PostgreSQL left running in \(dataDirectory); it stops when this service does"
+                    : "sharing the PostgreSQL in \(dataDirectory) with the service that started it")
+        } else {
+            progress("starting PostgreSQL (\(dataDirectory), socket in \(socketDirectory))")
             let options = "-k \(socketDirectory) -c listen_addresses='' -p \(port)"
             // The server inherits pg_ctl's output; a pipe would stay open for the server's lifetime, so discard it
             // (the server writes its own log to server.log).
@@ -61,7 +96,17 @@ public struct EmbeddedPostgres: Sendable {
             let quoted = "\"" + database.replacingOccurrences(of: "\"", with: "\"\"") + "\""
             try await admin.execute("CREATE DATABASE \(quoted)")
         }
-        return (conninfo, !running)
+        return (conninfo, owner || !running)
+    }
+
+    /// Takes the directory's owner lock (`flock`, held until the process ends: the kernel drops it however the
+    /// process dies). False when a live service holds it.
+    static func lock(_ path: String) -> Bool {
+        let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return false }
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 { return true }  // kept open on purpose: the lock lives with the process
+        close(fd)
+        return false
     }
 
     /// Stops the cluster (fast shutdown: open sessions are ended, committed data is safe).

@@ -13,22 +13,24 @@ enum Serve {
         try arguments.allow([])
         let configuration = try Configuration.fromEnvironment()
         let logger = Logger(level: configuration.logLevel)
-        try await Database.with(configuration) { database in
-            if database.embedded != nil { logger.info("using the embedded PostgreSQL under .data/postgres") }
+        // Signals are caught from the start: one that arrives while the cluster starts or migrations run is acted
+        // on as soon as the service is up (it drains at once and stops a cluster it started), never lost.
+        let (signals, continuation) = AsyncStream.makeStream(of: Int32.self)
+        let sources = [SIGTERM, SIGINT].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { continuation.yield(number) }
+            source.resume()
+            return source
+        }
+        try await Database.with(configuration, logger: logger) { database in
+            logger.info("migrating")
             let applied = try await database.migrate()
             if !applied.isEmpty { logger.info("migrations applied", [("versions", .array(applied.map { .int($0) }))]) }
             let app = try await database.application(configuration: configuration, logger: logger)
             try app.start()
             app.startJobs()
 
-            let (signals, continuation) = AsyncStream.makeStream(of: Int32.self)
-            let sources = [SIGTERM, SIGINT].map { number in
-                signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-                source.setEventHandler { continuation.yield(number) }
-                source.resume()
-                return source
-            }
             var received: Int32 = 0
             for await number in signals {
                 received = number

@@ -78,10 +78,11 @@ struct Database {
     let embedded: EmbeddedPostgres?
     let startedHere: Bool
 
-    static func open(_ configuration: Configuration) async throws -> Database {
+    static func open(_ configuration: Configuration, logger: Logger? = nil) async throws -> Database {
         if let url = configuration.databaseURL { return Database(conninfo: url, embedded: nil, startedHere: false) }
-        let embedded = EmbeddedPostgres()
-        let (conninfo, started) = try await embedded.start()
+        let (embedded, note) = try await EmbeddedPostgres().located()
+        if let note { logger?.warning(note) }
+        let (conninfo, started) = try await embedded.start { step in logger?.info(step) }
         return Database(conninfo: conninfo, embedded: embedded, startedHere: started)
     }
 
@@ -92,8 +93,10 @@ struct Database {
 
     /// Runs `body` on the database of `configuration`, stopping an embedded cluster this process started
     /// afterwards, whether `body` succeeds or fails.
-    static func with<T>(_ configuration: Configuration, _ body: (Database) async throws -> T) async throws -> T {
-        let database = try await open(configuration)
+    static func with<T>(
+        _ configuration: Configuration, logger: Logger? = nil, _ body: (Database) async throws -> T
+    ) async throws -> T {
+        let database = try await open(configuration, logger: logger)
         do {
             let value = try await body(database)
             await database.close()
