@@ -20,7 +20,8 @@ func drain(_ parser: inout HTTPParser, into outcome: inout Outcome) -> Bool {
             outcome.requests.append(
                 "\(request.method) \(request.target) \(request.body.count) \(request.body.hashValue)")
         case let .error(error):
-            precondition((400...499).contains(error.status), "a parse error must be a 4xx: \(error)")
+            precondition(
+                (400...499).contains(error.status) || error.status == 505, "a parse error is a 4xx or 505: \(error)")
             outcome.refused = true
             return false
         }
