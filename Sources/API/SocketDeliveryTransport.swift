@@ -143,7 +143,15 @@ enum OutboundRequest {
         var received: [UInt8] = []
         while received.count < SocketDeliveryTransport.maxResponseBytes {
             let chunk: [UInt8]
-            do { chunk = try read() } catch { return .failed("timed out") }
+            do {
+                chunk = try read()
+            } catch let failure as ConnectFailure {
+                return .failed(failure.reason)
+            } catch let error as CryptoError where !error.reason.hasSuffix("timed out") {
+                return .failed("TLS failed")
+            } catch {
+                return .failed("timed out")
+            }
             if chunk.isEmpty { break }
             received += chunk.prefix(SocketDeliveryTransport.maxResponseBytes - received.count)
             while let lineEnd = received.firstIndex(of: 0x0a) {
@@ -238,7 +246,8 @@ enum OutboundRequest {
             let n = recv(fd, &buffer, buffer.count, 0)
             if n > 0 { return Array(buffer.prefix(n)) }
             if n == 0 { return [] }
-            guard errno == EAGAIN || errno == EINTR, let wait = millisecondsLeft(deadline) else { throw TimedOut() }
+            guard errno == EAGAIN || errno == EINTR else { throw ConnectFailure("connection reset") }
+            guard let wait = millisecondsLeft(deadline) else { throw TimedOut() }
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             _ = poll(&pfd, 1, wait)
         }
