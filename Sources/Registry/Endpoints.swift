@@ -28,9 +28,13 @@ public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
         case let .v6(bytes):
             var storage = in6_addr()
             withUnsafeMutableBytes(of: &storage) { $0.copyBytes(from: bytes) }
-            var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-            inet_ntop(AF_INET6, &storage, &buffer, socklen_t(buffer.count))
-            return String(cString: buffer)
+            var buffer = [UInt8](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+            buffer.withUnsafeMutableBufferPointer {
+                $0.withMemoryRebound(to: CChar.self) {
+                    _ = inet_ntop(AF_INET6, &storage, $0.baseAddress, socklen_t($0.count))
+                }
+            }
+            return String(decoding: buffer.prefix(while: { $0 != 0 }), as: UTF8.self)
         }
     }
 

@@ -86,7 +86,7 @@ extension PostgresRow {
 
     func decode<Value: RawRepresentable>(_ column: String, as type: Value.Type) throws -> Value?
     where Value.RawValue == String {
-        guard let raw: String = try decode(column) else { return nil }
+        guard try decode(column) as String? != nil else { return nil }
         return try require(column, as: type)
     }
 }
