@@ -90,18 +90,20 @@ public struct SocketDeliveryTransport: DeliveryTransport {
 
 /// One blocking HTTP/1.1 exchange, run on a Dispatch thread.
 enum OutboundRequest {
-    static func deadline(after duration: Duration) -> UInt64 {
+    /// `CLOCK_MONOTONIC` in nanoseconds, the clock every deadline here (and `TLSClient`'s) is on.
+    static func monotonicNanoseconds() -> UInt64 {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+
+    static func deadline(after duration: Duration) -> UInt64 {
         let (seconds, attoseconds) = duration.components
-        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec) + UInt64(seconds) * 1_000_000_000
-            + UInt64(attoseconds / 1_000_000_000)
+        return monotonicNanoseconds() + UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
     }
 
     static func millisecondsLeft(_ deadline: UInt64) -> Int32? {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        let nanos = UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+        let nanos = monotonicNanoseconds()
         guard nanos < deadline else { return nil }
         return Int32(min(1000, (deadline - nanos) / 1_000_000 + 1))
     }
