@@ -5,7 +5,7 @@
 # stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh haproxy chromium openssl
+scripts/install-deps.sh haproxy chromium openssl podman runc debootstrap docker-compose
 . scripts/swift-env.sh
 cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start
 eval "$cluster_env"
@@ -23,6 +23,8 @@ python3 integration/replicas.py
 python3 integration/browser.py
 python3 integration/slowclients.py
 python3 integration/firstrun.py
+# The Dockerfile, compose file and Kubernetes manifests built and run with podman (Debian's python3 has PyYAML).
+/usr/bin/python3 integration/containers.py
 conformance/run.sh
 # The parsers under libFuzzer, 20 s each from the committed seeds (longer runs: scripts/fuzz.sh 600).
 scripts/fuzz.sh 20

@@ -29,6 +29,8 @@ enum TokenRegistryCommand {
                                                print a service-account credential file for the admin SDKs
           token-registry jobs run [--now <RFC 3339 time>]
                                                run each background job once (deliver, purge, expire, relay)
+          token-registry probe [--path /healthz] [--port $PORT] [--timeout-ms 2000]
+                                               exit 0 if the local service answers 200 (container health checks)
           token-registry version
           token-registry <command> --help
 
@@ -54,6 +56,7 @@ enum TokenRegistryCommand {
             case "keys": return try await Admin.keys(try Arguments(rest))
             case "jobs": return try await Admin.jobs(try Arguments(rest))
             case "serviceaccount": return try await Admin.serviceAccount(try Arguments(rest))
+            case "probe": return try Probe.run(try Arguments(rest))
             default: throw CLIError("unknown command '\(command)'; see token-registry --help")
             }
         } catch let error as CLIError {
