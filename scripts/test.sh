@@ -5,7 +5,8 @@
 # stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh haproxy chromium openssl podman runc debootstrap docker-compose
+scripts/install-deps.sh haproxy chromium openssl podman runc debootstrap docker-compose \
+  postgresql-15-auto-failover
 . scripts/swift-env.sh
 cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start
 eval "$cluster_env"
@@ -23,6 +24,8 @@ python3 integration/replicas.py
 python3 integration/browser.py
 python3 integration/slowclients.py
 python3 integration/firstrun.py
+# PostgreSQL's own HA (pg_auto_failover): the primary node SIGKILL'd under load, the service back within 1 s.
+python3 integration/failover.py
 # The Dockerfile, compose file and Kubernetes manifests built and run with podman (Debian's python3 has PyYAML).
 /usr/bin/python3 integration/containers.py
 conformance/run.sh

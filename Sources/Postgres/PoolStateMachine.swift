@@ -104,11 +104,16 @@ public struct PoolStateMachine<Connection> {
         lastError = nil
     }
 
-    /// A reserved slot failed to open: back off (100 ms doubling to 5 s) and fail every waiter now, rather than
-    /// let them queue behind a database that is down.
+    /// The longest wait between two connection attempts while the database is unreachable. Short, so a replica serves
+    /// again well within a second of a failover's new primary accepting writes; one attempt per half second per
+    /// replica costs a recovering server nothing.
+    public static var maxBackoff: Duration { .milliseconds(500) }
+
+    /// A reserved slot failed to open: back off (50 ms doubling to ``maxBackoff``) and fail every waiter now, rather
+    /// than let them queue behind a database that is down.
     public mutating func openFailed(_ error: PostgresError, at now: ContinuousClock.Instant) -> [WaiterAction] {
         total -= 1
-        backoff = backoff == .zero ? .milliseconds(100) : min(backoff * 2, .seconds(5))
+        backoff = backoff == .zero ? .milliseconds(50) : min(backoff * 2, Self.maxBackoff)
         retryAfter = now + backoff
         lastError = error
         defer { waiters.removeAll() }

@@ -17,6 +17,8 @@ public actor PostgresConnection {
     struct Status {
         var healthy: Bool
         var inTransaction: Bool
+        /// Set once the server refused a write as read-only: the connection stays unhealthy whatever follows.
+        var retired = false
     }
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
@@ -62,7 +64,10 @@ public actor PostgresConnection {
     private func updateStatus() {
         let healthy = PQstatus(connection) == CONNECTION_OK
         let inTransaction = PQtransactionStatus(connection) != PQTRANS_IDLE
-        status.withLock { $0 = Status(healthy: healthy, inTransaction: inTransaction) }
+        status.withLock {
+            $0.healthy = healthy && !$0.retired
+            $0.inTransaction = inTransaction
+        }
     }
 
     /// Runs a parameterised statement, preparing it on first use.
@@ -107,6 +112,13 @@ public actor PostgresConnection {
             let message = String(cString: PQresultErrorMessage(result)).trimmingTrailingNewlines()
             if PQstatus(connection) != CONNECTION_OK {
                 throw PostgresError(.connectionFailed, sqlState: sqlState, message: message)
+            }
+            if sqlState == PostgresError.readOnlySQLTransaction {
+                // The server stopped taking writes (demoted by a failover): never reuse this connection.
+                status.withLock {
+                    $0.retired = true
+                    $0.healthy = false
+                }
             }
             throw PostgresError(.server, sqlState: sqlState, message: message)
         }

@@ -33,8 +33,13 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     /// True when the database is unreachable rather than the statement being wrong: callers answer 503.
     public var isUnavailable: Bool {
         code == .connectionFailed || code == .poolTimeout
-            || sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" } == true
+            || sqlState.map {
+                $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" || $0 == Self.readOnlySQLTransaction
+            } == true
     }
+
+    /// A write reached a server that only reads: a standby, or a primary demoted by a failover.
+    public static let readOnlySQLTransaction = "25006"
 
     public static let uniqueViolation = "23505"
     public static let foreignKeyViolation = "23503"

@@ -8,8 +8,10 @@ import Synchronization
 /// decision is made by ``PoolStateMachine`` under that lock (and unit-tested there); this class only carries the
 /// decisions out: it resumes waiters, opens connections and runs the time-outs.
 ///
-/// When the database is unreachable, the pool fails fast for a back-off window (100 ms doubling to 5 s)
-/// instead of letting every request wait on a connect; the first success resets it.
+/// When the database is unreachable, the pool fails fast for a back-off window (50 ms doubling to 500 ms)
+/// instead of letting every request wait on a connect; the first success resets it. A connection whose server turned
+/// read-only (a demoted primary, a standby) is dropped, so the next one finds the new primary through a multi-host
+/// `target_session_attrs=read-write` URL.
 public final class PostgresPool: Sendable {
     public struct Configuration: Sendable {
         public var conninfo: String

@@ -112,17 +112,37 @@ struct PoolStateMachineTests {
         _ = m.acquire(2, at: now)
         let failed = m.openFailed(PostgresError(.connectionFailed, message: "down"), at: now)
         #expect(failed.count == 1 && m.inUse == 0 && m.waiting == 0)
-        guard case .fail = m.acquire(3, at: now + .milliseconds(50)) else {
+        guard case .fail = m.acquire(3, at: now + .milliseconds(25)) else {
             Issue.record("expected to fail fast inside the back-off window")
             return
         }
-        guard case .open = m.acquire(4, at: now + .milliseconds(150)) else {
+        guard case .open = m.acquire(4, at: now + .milliseconds(60)) else {
             Issue.record("expected a new attempt after the window")
             return
         }
         m.opened()
         let check13 = m.release(1, reusable: true, at: now) == nil
         #expect(check13)
+    }
+
+    /// However long the database has been down, the next attempt is at most ``Machine/maxBackoff`` away, so a
+    /// replica serves within a second of a failover's new primary accepting writes.
+    @Test func theBackOffStopsGrowingAtItsCap() {
+        var m = Machine(maxConnections: 1)
+        var t = now
+        for _ in 0..<20 {
+            guard case .open = m.acquire(1, at: t) else {
+                Issue.record("expected an attempt once the window had passed")
+                return
+            }
+            _ = m.openFailed(PostgresError(.connectionFailed, message: "down"), at: t)
+            t = t + Machine.maxBackoff
+        }
+        #expect(Machine.maxBackoff <= .milliseconds(500))
+        guard case .fail = m.acquire(2, at: t - Machine.maxBackoff + .milliseconds(400)) else {
+            Issue.record("expected to fail fast inside the capped window")
+            return
+        }
     }
 
     @Test func closeFailsWaitersDropsIdleConnectionsAndLaterCallers() {

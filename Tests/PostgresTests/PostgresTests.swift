@@ -178,6 +178,30 @@ struct PostgresTests {
         }
     }
 
+    /// After a failover the old primary may still answer, read-only: the write fails as unavailable (503, retry)
+    /// and that connection is never handed out again, so the next one is opened where writes go.
+    @Test func aConnectionToAServerThatTurnedReadOnlyIsReplaced() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 1))
+            try await pool.query("CREATE TABLE t (v int)")
+            let before = try #require(
+                try await pool.withConnection { c in
+                    try await c.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                    return try await c.query("SELECT pg_backend_pid() AS p").first?.require("p", as: Int.self)
+                })
+            do {
+                try await pool.withTransaction { try await $0.query("INSERT INTO t VALUES (1)") }
+                Issue.record("expected the read-only server to refuse the write")
+            } catch let error as PostgresError {
+                #expect(error.sqlState == PostgresError.readOnlySQLTransaction && error.isUnavailable)
+            }
+            try await pool.query("INSERT INTO t VALUES (2)")
+            let after = try #require(
+                try await pool.query("SELECT pg_backend_pid() AS p").first?.require("p", as: Int.self))
+            #expect(after != before)
+        }
+    }
+
     @Test func unreachableDatabaseFailsFastAsUnavailable() async throws {
         let pool = PostgresPool(.init(conninfo: "host=127.0.0.1 port=1 dbname=x user=x connect_timeout=2"))
         for _ in 0..<3 {
