@@ -26,6 +26,8 @@ python3 integration/slowclients.py
 python3 integration/firstrun.py
 # PostgreSQL's own HA (pg_auto_failover): the primary node SIGKILL'd under load, the service back within 1 s.
 python3 integration/failover.py
+# DATABASE_READ_URL: targeting reads on a streaming-replication standby, own-write reads on the primary.
+python3 integration/readreplica.py
 # The Dockerfile, compose file and Kubernetes manifests built and run with podman (Debian's python3 has PyYAML).
 /usr/bin/python3 integration/containers.py
 conformance/run.sh

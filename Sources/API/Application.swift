@@ -33,13 +33,14 @@ public final class Application: Sendable {
 
     /// Assembles the service on `stores` (already migrated).
     public static func build(
-        configuration: Configuration, stores: RegistryStores, clock: any Clock = SystemClock(),
+        configuration: Configuration, stores: RegistryStores, reads: RegistryStores? = nil,
+        clock: any Clock = SystemClock(),
         logger: Logger? = nil, transport: (any DeliveryTransport)? = nil, resolver: any HostResolver = SystemResolver()
     ) async throws -> Application {
         // The jobs run on the database's clock, unless the service was given a clock of its own to live by (an
         // operator's `jobs run --now`, a test moving through 180 days).
         let services = try await RegistryServices.make(
-            stores: stores, clock: clock,
+            stores: stores, reads: reads, clock: clock,
             freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays),
             policy: configuration.deletionPolicy,
             transport: transport

@@ -14,6 +14,8 @@ public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
 public struct Configuration: Sendable {
     /// libpq connection string or URL; nil means "start the embedded cluster under ./.data/postgres".
     public var databaseURL: String?
+    /// A streaming-replication standby of that database (`DATABASE_READ_URL`) for the targeting reads; nil: none.
+    public var databaseReadURL: String?
     public var http: HTTPServer.Configuration
     public var logLevel: Logger.Level = .info
     public var databasePoolSize = 16
@@ -54,6 +56,12 @@ public struct Configuration: Sendable {
         var c = Configuration()
         let reader = EnvironmentReader(env: env)
         c.databaseURL = env["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        c.databaseReadURL = env["DATABASE_READ_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        if c.databaseReadURL != nil && c.databaseURL == nil {
+            throw ConfigurationError(
+                variable: "DATABASE_READ_URL",
+                problem: "needs DATABASE_URL: a standby of the embedded cluster cannot exist")
+        }
         c.http.host = env["HOST"] ?? "0.0.0.0"
         guard c.http.host.split(separator: ".").count == 4 || c.http.host == "localhost" else {
             throw ConfigurationError(variable: "HOST", problem: "must be an IPv4 address such as 0.0.0.0 or 127.0.0.1")

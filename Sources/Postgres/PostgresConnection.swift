@@ -110,7 +110,13 @@ public actor PostgresConnection {
         default:
             let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let message = String(cString: PQresultErrorMessage(result)).trimmingTrailingNewlines()
-            if PQstatus(connection) != CONNECTION_OK {
+            // The server sends a SQLSTATE with every error; an error without one is libpq's own: the connection
+            // broke (e.g. "server closed the connection unexpectedly" after a shutdown), whatever PQstatus says yet.
+            if PQstatus(connection) != CONNECTION_OK || sqlState == nil {
+                status.withLock {
+                    $0.retired = true
+                    $0.healthy = false
+                }
                 throw PostgresError(.connectionFailed, sqlState: sqlState, message: message)
             }
             if sqlState == PostgresError.readOnlySQLTransaction {

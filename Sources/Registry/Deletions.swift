@@ -142,16 +142,19 @@ public struct DeletionPolicy: Sendable {
 /// Linked services, deletion receipts, acknowledgements.
 public struct DeletionService: Sendable {
     let store: any DeletionStore
+    /// Where receipts are read: `store`, or the same data on a read replica.
+    let receipts: any DeletionStore
     public let clock: any Clock
     public let policy: DeletionPolicy
     let fidHasher: FIDHasher
     let resolver: any HostResolver
 
     public init(
-        store: any DeletionStore, clock: any Clock, policy: DeletionPolicy, fidHasher: FIDHasher,
-        resolver: any HostResolver
+        store: any DeletionStore, receipts: (any DeletionStore)? = nil, clock: any Clock, policy: DeletionPolicy,
+        fidHasher: FIDHasher, resolver: any HostResolver
     ) {
         self.store = store
+        self.receipts = receipts ?? store
         self.clock = clock
         self.policy = policy
         self.fidHasher = fidHasher
@@ -218,7 +221,7 @@ public struct DeletionService: Sendable {
 
     public func receipt(projectID: String, fid: String) async throws -> DeletionReceipt? {
         guard fid.utf8.count <= 256 else { return nil }
-        let record = try await store.deletion(
+        let record = try await receipts.deletion(
             projectID: projectID, fid: fid, fidHash: fidHasher.hash(projectID: projectID, fid: fid))
         return record.map { DeletionReceipt($0, at: clock.now()) }
     }
@@ -228,8 +231,10 @@ public struct DeletionService: Sendable {
         -> [DeletionReceipt]
     {
         let now = clock.now()
-        return try await store.deletions(projectID: projectID, state: state, at: now, afterID: afterID, limit: limit)
-            .map { DeletionReceipt($0, at: now) }
+        return try await receipts.deletions(
+            projectID: projectID, state: state, at: now, afterID: afterID, limit: limit
+        )
+        .map { DeletionReceipt($0, at: now) }
     }
 
     /// A service confirms, after answering 202, that it deleted the installation's data. The confirmation is the

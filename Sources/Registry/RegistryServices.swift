@@ -19,9 +19,12 @@ public struct RegistryServices: Sendable {
     /// Wires the services and loads what they need before the first request: the signing keys (the first is made
     /// when there is none) and the FID-hash key.
     ///
-    /// - Parameter jobTime: where the jobs read the time: the database's clock, or an explicit one.
+    /// - Parameters:
+    ///   - reads: the same data on a read replica, for the reads that need not see their own writes: who a topic
+    ///     or condition reaches, sendability, deletion receipts and the change feed. Nil: everything on `stores`.
+    ///   - jobTime: where the jobs read the time: the database's clock, or an explicit one.
     public static func make(
-        stores: RegistryStores, clock: any Clock, freshness: Freshness = Freshness(),
+        stores: RegistryStores, reads: RegistryStores? = nil, clock: any Clock, freshness: Freshness = Freshness(),
         policy: DeletionPolicy = DeletionPolicy(), transport: any DeliveryTransport, resolver: any HostResolver,
         jobTime: JobClock.Source = .database
     ) async throws -> RegistryServices {
@@ -32,12 +35,14 @@ public struct RegistryServices: Sendable {
             store: stores.serviceAccounts, clock: clock,
             tokenKey: try await stores.secrets.secret(named: "access-token-hmac"))
         return RegistryServices(
-            stores: stores, tokens: tokens, fidHasher: fidHasher, serviceAccounts: serviceAccounts, clock: clock,
+            stores: stores, reads: reads ?? stores, tokens: tokens, fidHasher: fidHasher,
+            serviceAccounts: serviceAccounts, clock: clock,
             freshness: freshness, policy: policy, transport: transport, resolver: resolver, jobTime: jobTime)
     }
 
     private init(
-        stores: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher, serviceAccounts: ServiceAccountService,
+        stores: RegistryStores, reads: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher,
+        serviceAccounts: ServiceAccountService,
         clock: any Clock, freshness: Freshness,
         policy: DeletionPolicy, transport: any DeliveryTransport, resolver: any HostResolver, jobTime: JobClock.Source
     ) {
@@ -51,12 +56,19 @@ public struct RegistryServices: Sendable {
         consent = ConsentService(store: stores.consent, clock: clock)
         registrations = RegistrationService(store: stores.registrations, installations: installations, clock: clock)
         topics = TopicService(store: stores.topics, clock: clock)
+        // Targeting reads only: it runs on the read replica when there is one, with services of its own on it.
+        let replicaInstallations = InstallationService(
+            store: reads.installations, tokens: tokens, clock: clock, fidHasher: fidHasher)
         targeting = TargetingService(
-            store: stores.targeting, registrations: registrations, installations: installations, consent: consent,
+            store: reads.targeting,
+            registrations: RegistrationService(
+                store: reads.registrations, installations: replicaInstallations, clock: clock),
+            installations: replicaInstallations, consent: ConsentService(store: reads.consent, clock: clock),
             clock: clock, freshness: freshness)
         deletions = DeletionService(
-            store: stores.deletions, clock: clock, policy: policy, fidHasher: fidHasher, resolver: resolver)
-        feed = ChangeFeed(store: stores.feed)
+            store: stores.deletions, receipts: reads.deletions, clock: clock, policy: policy, fidHasher: fidHasher,
+            resolver: resolver)
+        feed = ChangeFeed(store: reads.feed)
         checkins = CheckinService(store: stores.checkins, clock: clock)
         jobs = Jobs(
             installations: installations, installationStore: stores.installations, deliveries: stores.deliveries,

@@ -8,6 +8,8 @@ import Registry
 struct Database: Sendable {
     let pool: PostgresPool
     let box: SecretBox
+    /// For a read replica's handle: the primary, where a read goes when the replica cannot be reached.
+    var fallback: PostgresPool? = nil
 
     /// A secret as stored: sealed under the master key, bound to `context` (the row it belongs to).
     func seal(_ secret: String, context: String) throws -> String {
@@ -33,12 +35,25 @@ struct Database: Sendable {
 
     @discardableResult
     func query(_ query: PostgresQuery) async throws -> PostgresRows {
-        try await Database.translating { try await pool.query(query) }
+        try await Database.translating { try await failingOver { try await $0.query(query) } }
     }
 
     /// Runs `body` in one transaction (committed when it returns, rolled back when it throws).
     func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        try await Database.translating { try await pool.withTransaction(body) }
+        try await Database.translating { try await failingOver { try await $0.withTransaction(body) } }
+    }
+
+    /// Runs `body` on the pool; on a replica that cannot be reached (not one that refused a write: that is a bug to
+    /// see, not to hide), once more on the primary.
+    private func failingOver<T>(_ body: (PostgresPool) async throws -> T) async throws -> T {
+        guard let fallback else { return try await body(pool) }
+        do {
+            return try await body(pool)
+        } catch let error as PostgresError
+            where error.isUnavailable && error.sqlState != PostgresError.readOnlySQLTransaction
+        {
+            return try await body(fallback)
+        }
     }
 
     static func translating<T>(_ body: () async throws -> T) async throws -> T {

@@ -20,10 +20,21 @@ public enum PostgresRegistry {
     }
 
     /// Every store of ``RegistryStores``, sharing `pool`.
-    /// - Parameter box: seals the secrets the stores keep, under the operator's master key.
-    public static func stores(pool: PostgresPool, box: SecretBox) -> RegistryStores {
-        let db = Database(pool: pool, box: box)
-        return RegistryStores(
+    /// - Parameters:
+    ///   - box: seals the secrets the stores keep, under the operator's master key.
+    ///   - readPool: a read replica's pool, closed with `pool` at shutdown (its stores: ``readStores(pool:primary:box:)``).
+    public static func stores(pool: PostgresPool, box: SecretBox, readPool: PostgresPool? = nil) -> RegistryStores {
+        stores(db: Database(pool: pool, box: box), health: PostgresStoreHealth(pool: pool, readPool: readPool))
+    }
+
+    /// The stores on a streaming-replication standby, for ``RegistryServices`` `reads`: a read that cannot reach the
+    /// standby goes to `primary`.
+    public static func readStores(pool: PostgresPool, primary: PostgresPool, box: SecretBox) -> RegistryStores {
+        stores(db: Database(pool: pool, box: box, fallback: primary), health: PostgresStoreHealth(pool: primary))
+    }
+
+    private static func stores(db: Database, health: PostgresStoreHealth) -> RegistryStores {
+        RegistryStores(
             catalog: PostgresCatalogStore(db: db), installations: PostgresInstallationStore(db: db),
             consent: PostgresConsentStore(db: db), registrations: PostgresRegistrationStore(db: db),
             topics: PostgresTopicStore(db: db), targeting: PostgresTargetingStore(db: db),
@@ -31,7 +42,7 @@ public enum PostgresRegistry {
             maintenance: PostgresMaintenanceStore(db: db), feed: PostgresChangeFeedStore(db: db),
             signingKeys: PostgresSigningKeyStore(db: db), secrets: PostgresSecretStore(db: db),
             serviceAccounts: PostgresServiceAccountStore(db: db), checkins: PostgresCheckinStore(db: db),
-            health: PostgresStoreHealth(pool: pool))
+            health: health)
     }
 }
 
@@ -78,6 +89,7 @@ struct PostgresSigningKeyStore: SigningKeyStore {
 /// ``StoreHealth`` of the pool: ready when the database answers and every migration is applied.
 struct PostgresStoreHealth: StoreHealth {
     let pool: PostgresPool
+    var readPool: PostgresPool? = nil
 
     func unreadiness() async -> String? {
         do {
@@ -92,7 +104,10 @@ struct PostgresStoreHealth: StoreHealth {
         return (statistics.inUse, statistics.idle, statistics.waiting)
     }
 
-    func close() { pool.close() }
+    func close() {
+        pool.close()
+        readPool?.close()
+    }
 }
 
 extension PostgresRegistry {

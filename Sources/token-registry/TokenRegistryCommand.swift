@@ -124,16 +124,27 @@ struct Database {
             conninfo: conninfo, size: configuration.databasePoolSize,
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
+        let readPool = configuration.databaseReadURL.map {
+            PostgresRegistry.pool(
+                conninfo: $0, size: configuration.databasePoolSize,
+                acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
+                statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
+        }
         do {
             let sealed = try await PostgresRegistry.prepare(pool: pool, box: box)
             if sealed > 0 {
                 logger.info("sealed secrets stored in clear by an earlier version", [("count", .int(sealed))])
             }
+            if readPool != nil {
+                logger.info("targeting reads go to the read replica (DATABASE_READ_URL), the primary when it is down")
+            }
             return try await Application.build(
-                configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: clock,
+                configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box, readPool: readPool),
+                reads: readPool.map { PostgresRegistry.readStores(pool: $0, primary: pool, box: box) }, clock: clock,
                 logger: logger)
         } catch {
             pool.close()
+            readPool?.close()
             throw error
         }
     }
