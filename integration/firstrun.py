@@ -9,6 +9,7 @@ From a fresh clone placed under a private (0700) directory, as root and as an un
 
 Runs the debug build of this checkout (the binary the suite built) with the clone as its working directory.
 """
+import json
 import os
 import pwd
 import shutil
@@ -70,8 +71,14 @@ def scenario(name, binary, checkout, user, data_dir_hint, clusters):
               data_dir.startswith("/var/lib/token-registry/") and "cannot reach" in text, data_dir)
     else:
         check(f"{name}: the cluster lives in the checkout", data_dir.startswith(checkout + "/.data/"), data_dir)
-    first.send_signal(signal.SIGTERM)
+    answered = sum(1 for _ in range(50) if request("GET", f"http://127.0.0.1:{port}/healthz", timeout=2)[0] == 200)
+    first.send_signal(signal.SIGTERM)   # at once: the request lines are still in the log buffer (flushed every 1 s)
     check(f"{name}: SIGTERM exits 0", first.wait(timeout=30) == 0)
+    lines = [json.loads(line) for line in log_of(log).splitlines() if line.startswith("{")]
+    logged = [i for i, line in enumerate(lines) if line.get("msg") == "request" and line.get("route") == "/healthz"]
+    stopped = [i for i, line in enumerate(lines) if line.get("msg") == "stopped"]
+    check(f"{name}: SIGTERM loses no request line (the {answered} + 1 answered, before 'stopped')",
+          len(logged) == answered + 1 and stopped and max(logged) < stopped[0], f"{len(logged)} lines, {stopped}")
     check(f"{name}: the cluster is stopped with the service", not postgres_running(data_dir))
 
     second, log = start(binary, checkout, port, user)

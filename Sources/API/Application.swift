@@ -182,7 +182,8 @@ public final class Application: Sendable {
         }
         for task in tasks { await task.value }
         services.health.close()
-        logger.info("stopped")
+        logger.info("stopped")  // written through: every request line gathered before it goes out first
+        logger.close()
     }
 
     public var isDraining: Bool { draining.load(ordering: .relaxed) }
@@ -243,14 +244,9 @@ public final class Application: Sendable {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let method = HTTPMethod.label(request.method)
         metrics.observe(method: method, route: template, status: response.status, seconds: seconds)
-        if logger.level <= .info {
-            logger.info(
-                "request",
-                [
-                    ("requestId", .string(requestID)), ("method", .string(method)), ("route", .string(template)),
-                    ("status", .int(response.status)), ("durationMs", .number(String(format: "%.3f", seconds * 1000))),
-                ])
-        }
+        logger.request(
+            id: requestID, method: method, route: template, status: response.status,
+            microseconds: Int(seconds * 1_000_000))
         return response
     }
 

@@ -2,7 +2,9 @@ import Foundation
 import Glibc
 import JSON
 
-/// Structured JSON logs, one line per event on standard output, written with a single `write` each.
+/// Structured JSON logs, one line per event on standard output. Request lines (``request(id:method:route:status:
+/// microseconds:)``) go through a ``LogBuffer`` when the logger has one (the service does: ``buffered(level:)``);
+/// every other line is written at once, after the request lines gathered before it.
 ///
 /// Nothing secret is passed here: request lines carry the route template, never the raw path (paths can hold
 /// registration tokens), and store errors arrive without the database's DETAIL lines, which quote key values.
@@ -27,11 +29,49 @@ public struct Logger: Sendable {
 
     public let level: Level
     private let sink: @Sendable ([UInt8]) -> Void
+    private let buffer: LogBuffer?
 
+    /// Writes every line at once (commands, tests).
     public init(level: Level, sink: (@Sendable ([UInt8]) -> Void)? = nil) {
         self.level = level
-        self.sink = sink ?? { bytes in bytes.withUnsafeBytes { _ = Glibc.write(1, $0.baseAddress, $0.count) } }
+        self.sink = sink ?? Logger.standardOutput
+        buffer = nil
     }
+
+    /// Gathers request lines in a ``LogBuffer`` (64 KiB, flushed every `flushInterval`); other lines at once.
+    public static func buffered(
+        level: Level, flushInterval: Duration = .seconds(1), sink: (@Sendable ([UInt8]) -> Void)? = nil
+    ) -> Logger {
+        Logger(
+            level: level, sink: sink ?? Logger.standardOutput,
+            buffer: LogBuffer(interval: flushInterval, write: sink ?? Logger.standardOutput))
+    }
+
+    private init(level: Level, sink: @escaping @Sendable ([UInt8]) -> Void, buffer: LogBuffer) {
+        self.level = level
+        self.sink = sink
+        self.buffer = buffer
+    }
+
+    /// Writes all of `bytes` to standard output, whatever a short write or a signal does.
+    @Sendable static func standardOutput(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = Glibc.write(1, raw.baseAddress! + offset, raw.count - offset)
+                if n > 0 {
+                    offset += n
+                } else if n < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return  // standard output is gone: nothing more can be logged
+                }
+            }
+        }
+    }
+
+    /// Writes the request lines gathered so far and stops the flush timer (at shutdown).
+    public func close() { buffer?.close() }
 
     public func log(_ level: Level, _ message: String, _ fields: [(String, JSONValue)] = []) {
         guard level >= self.level else { return }
@@ -39,7 +79,32 @@ public struct Logger: Sendable {
             ("time", .string(Logger.timestamp())), ("level", .string(level.name)), ("msg", .string(message)),
         ]
         members.append(contentsOf: fields)
-        sink(JSONValue.object(members).encoded() + [0x0a])
+        let line = JSONValue.object(members).encoded() + [0x0a]
+        if let buffer { buffer.writeThrough(line) } else { sink(line) }
+    }
+
+    /// The request log line, at `info`: built straight into bytes (it is written once per request) and gathered
+    /// in the buffer when there is one.
+    public func request(id: String, method: String, route: String, status: Int, microseconds: Int) {
+        guard level <= .info else { return }
+        var line = [UInt8]()
+        line.reserveCapacity(200)
+        line.append(contentsOf: #"{"time":""#.utf8)
+        Logger.appendTimestamp(to: &line)
+        line.append(contentsOf: #"","level":"info","msg":"request","requestId":"#.utf8)
+        JSONValue.appendString(id, to: &line)
+        line.append(contentsOf: #","method":"#.utf8)
+        JSONValue.appendString(method, to: &line)
+        line.append(contentsOf: #","route":"#.utf8)
+        JSONValue.appendString(route, to: &line)
+        line.append(contentsOf: #","status":"#.utf8)
+        Logger.appendDigits(status, width: 1, to: &line)
+        line.append(contentsOf: #","durationMs":"#.utf8)
+        Logger.appendDigits(max(0, microseconds) / 1000, width: 1, to: &line)
+        line.append(UInt8(ascii: "."))
+        Logger.appendDigits(max(0, microseconds) % 1000, width: 3, to: &line)
+        line.append(contentsOf: "}\n".utf8)
+        if let buffer { buffer.append(line) } else { sink(line) }
     }
 
     public func info(_ message: String, _ fields: [(String, JSONValue)] = []) { log(.info, message, fields) }
@@ -47,15 +112,50 @@ public struct Logger: Sendable {
     public func error(_ message: String, _ fields: [(String, JSONValue)] = []) { log(.error, message, fields) }
 
     static func timestamp() -> String {
+        var bytes = [UInt8]()
+        appendTimestamp(to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// `2026-11-30T19:05:43.123Z`, written without Foundation or string interpolation.
+    static func appendTimestamp(to out: inout [UInt8]) {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         var seconds = ts.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ v: Int, _ n: Int) -> String {
-            let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s
-        }
-        return "\(pad(Int(parts.tm_year) + 1900, 4))-\(pad(Int(parts.tm_mon) + 1, 2))-\(pad(Int(parts.tm_mday), 2))T"
-            + "\(pad(Int(parts.tm_hour), 2)):\(pad(Int(parts.tm_min), 2)):\(pad(Int(parts.tm_sec), 2)).\(pad(ts.tv_nsec / 1_000_000, 3))Z"
+        appendDigits(Int(parts.tm_year) + 1900, width: 4, to: &out)
+        out.append(UInt8(ascii: "-"))
+        appendDigits(Int(parts.tm_mon) + 1, width: 2, to: &out)
+        out.append(UInt8(ascii: "-"))
+        appendDigits(Int(parts.tm_mday), width: 2, to: &out)
+        out.append(UInt8(ascii: "T"))
+        appendDigits(Int(parts.tm_hour), width: 2, to: &out)
+        out.append(UInt8(ascii: ":"))
+        appendDigits(Int(parts.tm_min), width: 2, to: &out)
+        out.append(UInt8(ascii: ":"))
+        appendDigits(Int(parts.tm_sec), width: 2, to: &out)
+        out.append(UInt8(ascii: "."))
+        appendDigits(ts.tv_nsec / 1_000_000, width: 3, to: &out)
+        out.append(UInt8(ascii: "Z"))
     }
+
+    /// The decimal digits of a non-negative `value`, zero-padded to `width`.
+    static func appendDigits(_ value: Int, width: Int, to out: inout [UInt8]) {
+        let v = max(0, value)
+        var divisor = 1
+        var length = 1
+        while divisor <= v / 10 {
+            divisor *= 10
+            length += 1
+        }
+        for _ in length..<max(length, width) { out.append(UInt8(ascii: "0")) }
+        var rest = v
+        while divisor > 0 {
+            out.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+            rest %= divisor
+            divisor /= 10
+        }
+    }
+
 }

@@ -37,6 +37,10 @@ extension JSONValue {
 
     private static let hex = Array("0123456789abcdef".utf8)
 
+    /// Appends `s` as a JSON string literal (quoted and escaped) to `out`: for writers that build JSON text
+    /// directly, such as the request log.
+    public static func appendString(_ s: String, to out: inout [UInt8]) { writeString(s, into: &out) }
+
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         for byte in s.utf8 {

@@ -12,7 +12,9 @@ enum Serve {
         }
         try arguments.allow([])
         let configuration = try Configuration.fromEnvironment()
-        let logger = Logger(level: configuration.logLevel)
+        // Request lines are gathered and written every 64 KiB or second (LogBuffer); shutdown writes the rest.
+        let logger = Logger.buffered(level: configuration.logLevel)
+        defer { logger.close() }
         // Signals are caught from the start: one that arrives while the cluster starts or migrations run is acted
         // on as soon as the service is up (it drains at once and stops a cluster it started), never lost.
         let (signals, continuation) = AsyncStream.makeStream(of: Int32.self)
