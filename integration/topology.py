@@ -53,7 +53,7 @@ backend replicas
     balance roundrobin
     option httpchk GET /readyz
     http-check expect status 200
-    default-server inter 300ms fall 1 rise 2 on-marked-down shutdown-sessions
+    default-server inter 300ms fall 1 rise 2
 """ + "".join(f"    server r{i} 127.0.0.1:{p} check\n" for i, p in enumerate(ports)))
     haproxy = subprocess.Popen(["haproxy", "-f", config, "-db"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
