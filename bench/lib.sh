@@ -32,7 +32,7 @@ start_postgres() {
 # start_service PORT [ENV=VALUE…]: runs `serve` against the bench database, waits for /readyz.
 start_service() {
   local port=$1; shift
-  env DATABASE_URL="$PGURL" PORT="$port" HOST=127.0.0.1 LOG_LEVEL=${LOG_LEVEL:-warning} \
+  env DATABASE_URL="$PGURL" PORT="$port" HOST=127.0.0.1 LOG_LEVEL=${LOG_LEVEL:-info} \
     RATE_LIMIT_CREATE_PER_KEY=0 RATE_LIMIT_CREATE_PER_ADDRESS=0 "$@" "$BIN" serve >>"$WORK/service-$port.log" 2>&1 &
   SERVICE_PID=$!
   PIDS+=("$SERVICE_PID")

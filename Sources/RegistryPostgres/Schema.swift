@@ -13,6 +13,7 @@ public enum Schema {
         migration(8, "checkins", PackageResources.m008_checkins_sql),
         migration(9, "linked_service_security", PackageResources.m009_linked_service_security_sql),
         migration(10, "keys_that_end", PackageResources.m010_keys_that_end_sql),
+        migration(11, "refresh_function", PackageResources.m011_refresh_function_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

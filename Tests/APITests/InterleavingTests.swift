@@ -74,6 +74,30 @@ struct InterleavingTests {
         }
     }
 
+    /// A withdrawal that commits while a refresh callback waits for the installation's lock: the callback, one
+    /// round trip in the database since migration 11, must read consent after the lock and store nothing.
+    @Test func aCallbackQueuedBehindAWithdrawalStoresNothing() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query("SELECT 1 FROM installations WHERE fid = \(i.fid) FOR UPDATE")
+            let callback = Task {
+                try await s.request(
+                    "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration",
+                    headers: s.serverHeaders, json: ["token": "tok-after-withdrawal", "platform": "android"])
+            }
+            try await session.waitUntilBlocked(1)
+            _ = try await session.query(
+                "UPDATE consents SET granted = false WHERE fid = \(i.fid) AND purpose = 'messaging'")
+            try await session.execute("COMMIT")
+            let reply = try await callback.value
+            #expect(reply.status == 400 && reply.json?["error"]?["status"]?.stringValue == "FAILED_PRECONDITION", "\(reply)")
+            let stored = try await s.pool.query("SELECT count(*) AS n FROM registrations WHERE fid = \(i.fid)")
+            #expect(try stored.first?.require("n", as: Int.self) == 0)
+        }
+    }
+
     /// `clientTime` far ahead of the database's clock, or before 2000, is refused naming the field.
     @Test(arguments: ["9999-12-31T23:59:59Z", "0000-01-01T00:00:00Z", "1999-12-31T23:59:59Z", "+10m"])
     func clientTimesOutOfRangeAreRefused(_ text: String) async throws {
