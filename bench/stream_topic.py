@@ -1,6 +1,6 @@
 """Pages through GET /v1/projects/{p}/topics/{t}/registrations until the end; prints rows, time, rows/s and the
 slowest page. Bounded: stops after 600 s."""
-import json
+import re
 import sys
 import time
 import urllib.request
@@ -12,11 +12,14 @@ start = time.time()
 while time.time() - start < 600:
     t0 = time.time()
     req = urllib.request.Request(url + (f"&pageToken={token}" if token else ""), headers={"Authorization": "Bearer " + key})
-    page = json.loads(urllib.request.urlopen(req).read())
+    body = urllib.request.urlopen(req).read()
     slowest = max(slowest, time.time() - t0)
-    rows += len(page["registrations"])
+    # Counted and searched as bytes, not parsed: json.loads of a 10,000-row page costs the client ~20 ms, which would
+    # be measured as the service's time. (The rows are parsed in the tests; here only the stream's speed matters.)
+    rows += body.count(b'"fid":')
     pages += 1
-    token = page.get("nextPageToken")
+    found = re.search(rb'"nextPageToken":"([^"]+)"', body[-200:])
+    token = found.group(1).decode() if found else None
     if not token:
         break
 elapsed = time.time() - start

@@ -141,21 +141,6 @@ public struct Logger: Sendable {
     }
 
     /// The decimal digits of a non-negative `value`, zero-padded to `width`.
-    static func appendDigits(_ value: Int, width: Int, to out: inout [UInt8]) {
-        let v = max(0, value)
-        var divisor = 1
-        var length = 1
-        while divisor <= v / 10 {
-            divisor *= 10
-            length += 1
-        }
-        for _ in length..<max(length, width) { out.append(UInt8(ascii: "0")) }
-        var rest = v
-        while divisor > 0 {
-            out.append(UInt8(ascii: "0") + UInt8(rest / divisor))
-            rest %= divisor
-            divisor /= 10
-        }
-    }
+    static func appendDigits(_ value: Int, width: Int, to out: inout [UInt8]) { Timestamp.digits(value, width, &out) }
 
 }

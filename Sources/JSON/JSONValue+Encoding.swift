@@ -43,20 +43,34 @@ extension JSONValue {
 
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in s.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: [0x5c, 0x22])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [0x5c, 0x5c])
-            case 0x0a: out.append(contentsOf: [0x5c, UInt8(ascii: "n")])
-            case 0x0d: out.append(contentsOf: [0x5c, UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [0x5c, UInt8(ascii: "t")])
-            case 0..<0x20, 0x7f:
-                out.append(contentsOf: Array("\\u00".utf8))
-                out.append(hex[Int(byte >> 4)])
-                out.append(hex[Int(byte & 0xf)])
-            default: out.append(byte)
+        var text = s
+        text.withUTF8 { bytes in
+            // Runs of bytes that need no escape (nearly all of them) are copied whole, not byte by byte.
+            var start = 0
+            for i in 0..<bytes.count {
+                let byte = bytes[i]
+                guard byte < 0x20 || byte == 0x22 || byte == 0x5c || byte == 0x7f else { continue }
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i]))
+                writeEscape(byte, into: &out)
+                start = i + 1
             }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<bytes.count]))
         }
         out.append(UInt8(ascii: "\""))
     }
+
+    private static func writeEscape(_ byte: UInt8, into out: inout [UInt8]) {
+        switch byte {
+        case UInt8(ascii: "\""): out.append(contentsOf: [0x5c, 0x22])
+        case UInt8(ascii: "\\"): out.append(contentsOf: [0x5c, 0x5c])
+        case 0x0a: out.append(contentsOf: [0x5c, UInt8(ascii: "n")])
+        case 0x0d: out.append(contentsOf: [0x5c, UInt8(ascii: "r")])
+        case 0x09: out.append(contentsOf: [0x5c, UInt8(ascii: "t")])
+        default:
+            out.append(contentsOf: [0x5c, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+            out.append(hex[Int(byte >> 4)])
+            out.append(hex[Int(byte & 0xf)])
+        }
+    }
+
 }

@@ -5,15 +5,45 @@ public enum Timestamp {
     public static func rfc3339(_ date: Date) -> String {
         let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded(.down))
         var seconds = time_t(micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000)
-        let fraction = micros - Int64(seconds) * 1_000_000
+        let fraction = Int(micros - Int64(seconds) * 1_000_000)
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ v: Int64, _ n: Int) -> String {
-            let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s
+        // Written as bytes: this runs once per row when a topic's members are streamed.
+        var out = [UInt8]()
+        out.reserveCapacity(27)
+        digits(Int(parts.tm_year) + 1900, 4, &out)
+        out.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mon) + 1, 2, &out)
+        out.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mday), 2, &out)
+        out.append(UInt8(ascii: "T"))
+        digits(Int(parts.tm_hour), 2, &out)
+        out.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_min), 2, &out)
+        out.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_sec), 2, &out)
+        out.append(UInt8(ascii: "."))
+        digits(fraction, 6, &out)
+        out.append(UInt8(ascii: "Z"))
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `value` (0 or more) in decimal, zero-padded to at least `width` digits: for writers of fixed-format text.
+    public static func digits(_ value: Int, _ width: Int, _ out: inout [UInt8]) {
+        let v = max(0, value)
+        var divisor = 1
+        var length = 1
+        while divisor <= v / 10 {
+            divisor *= 10
+            length += 1
         }
-        return
-            "\(pad(Int64(parts.tm_year) + 1900, 4))-\(pad(Int64(parts.tm_mon) + 1, 2))-\(pad(Int64(parts.tm_mday), 2))T"
-            + "\(pad(Int64(parts.tm_hour), 2)):\(pad(Int64(parts.tm_min), 2)):\(pad(Int64(parts.tm_sec), 2)).\(pad(fraction, 6))Z"
+        for _ in length..<max(length, width) { out.append(UInt8(ascii: "0")) }
+        var rest = v
+        while divisor > 0 {
+            out.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+            rest %= divisor
+            divisor /= 10
+        }
     }
 
     /// Parses RFC 3339 (`2026-01-15T01:30:15.01Z`, `…+02:00`); nil when malformed.

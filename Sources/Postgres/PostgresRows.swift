@@ -28,12 +28,14 @@ public struct PostgresRows: Sendable, Sequence {
 
 /// One row; columns are read by name.
 public struct PostgresRow: Sendable {
-    let values: [String?]
-    let index: [String: Int]
+    @usableFromInline let values: [String?]
+    @usableFromInline let index: [String: Int]
 
     /// The column's value, or nil for NULL.
     ///
     /// - Throws: ``PostgresError`` `.decoding` when the column is missing or does not decode as `T`.
+    /// Inlinable, so the stores' calls are specialised for their types: decoding runs once per column per row.
+    @inlinable
     public func decode<T: PostgresDecodable>(_ column: String, as type: T.Type = T.self) throws -> T? {
         guard let i = index[column] else {
             throw PostgresError(.decoding, message: "no column \(column)")
@@ -46,6 +48,7 @@ public struct PostgresRow: Sendable {
     }
 
     /// The column's value; NULL is an error.
+    @inlinable
     public func require<T: PostgresDecodable>(_ column: String, as type: T.Type = T.self) throws -> T {
         guard let value = try decode(column, as: type) else {
             throw PostgresError(.decoding, message: "column \(column) is NULL")

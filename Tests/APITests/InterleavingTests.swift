@@ -92,7 +92,9 @@ struct InterleavingTests {
                 "UPDATE consents SET granted = false WHERE fid = \(i.fid) AND purpose = 'messaging'")
             try await session.execute("COMMIT")
             let reply = try await callback.value
-            #expect(reply.status == 400 && reply.json?["error"]?["status"]?.stringValue == "FAILED_PRECONDITION", "\(reply)")
+            #expect(
+                reply.status == 400 && reply.json?["error"]?["status"]?.stringValue == "FAILED_PRECONDITION", "\(reply)"
+            )
             let stored = try await s.pool.query("SELECT count(*) AS n FROM registrations WHERE fid = \(i.fid)")
             #expect(try stored.first?.require("n", as: Int.self) == 0)
         }
