@@ -1,5 +1,6 @@
 import Postgres
 import Testing
+import TokenRegistryTesting
 
 /// The pool's decisions through every interleaving of acquire, release, time-out, cancellation and close, with no
 /// database: connections are plain numbers.
@@ -232,19 +233,6 @@ struct PoolStateMachineTests {
             #expect(m.waiting == waiting.count)
             #expect(m.waiting == 0 || m.idleCount == 0)
         }
-    }
-}
-
-/// A small deterministic generator, so a failing seed can be replayed.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 

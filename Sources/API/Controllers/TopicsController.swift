@@ -156,24 +156,39 @@ struct TopicsController: Sendable {
 
     // MARK: - Targeting
 
-    static func targets(_ page: [Target], size: Int) -> JSONValue {
-        var members: [(String, JSONValue)] = [
-            (
-                "registrations",
-                .array(
-                    page.prefix(size).map { t in
-                        [
-                            "token": .string(t.token), "fid": .string(t.fid), "platform": .string(t.platform.rawValue),
-                            "stale": .bool(t.stale),
-                            "refreshTime": .string(Timestamp.rfc3339(t.refreshedAt)),
-                        ]
-                    })
-            )
-        ]
-        if page.count > size, let last = page.prefix(size).last {
-            members.append(("nextPageToken", .string(Paging.encode(last.fid))))
+    /// A page of targets as JSON text, written straight into the response's bytes (a page holds up to 10,000 rows;
+    /// building a `JSONValue` tree for it first cost a third of the page's time):
+    /// `{"registrations":[{"token","fid","platform","stale","refreshTime"}…],"nextPageToken"?}`.
+    static func targetsBody(_ page: [Target], size: Int) -> [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(64 + min(page.count, size) * 180)
+        out.append(contentsOf: #"{"registrations":["#.utf8)
+        for (n, t) in page.prefix(size).enumerated() {
+            if n > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #"{"token":"#.utf8)
+            JSONValue.appendString(t.token, to: &out)
+            out.append(contentsOf: #","fid":"#.utf8)
+            JSONValue.appendString(t.fid, to: &out)
+            out.append(contentsOf: #","platform":"#.utf8)
+            JSONValue.appendString(t.platform.rawValue, to: &out)
+            out.append(
+                contentsOf: (t.stale ? #","stale":true,"refreshTime":"# : #","stale":false,"refreshTime":"#).utf8)
+            JSONValue.appendString(Timestamp.rfc3339(t.refreshedAt), to: &out)
+            out.append(UInt8(ascii: "}"))
         }
-        return .object(members)
+        out.append(UInt8(ascii: "]"))
+        if page.count > size, let last = page.prefix(size).last {
+            out.append(contentsOf: #","nextPageToken":"#.utf8)
+            JSONValue.appendString(Paging.encode(last.fid), to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    static func targetsResponse(_ page: [Target], size: Int) -> HTTPResponse {
+        HTTPResponse(
+            status: 200, headers: ["content-type": "application/json; charset=utf-8"],
+            body: targetsBody(page, size: size))
     }
 
     func members(_ context: RequestContext) async throws -> HTTPResponse {
@@ -183,7 +198,7 @@ struct TopicsController: Sendable {
         let size = try Paging.pageSize(context, default: 1000, max: 10_000)
         let after = try Paging.decode(context.request.query("pageToken", "page_token"))
         let page = try await targeting.members(projectID: project.id, topic: topic, after: after, limit: size + 1)
-        return .json(TopicsController.targets(page, size: size))
+        return TopicsController.targetsResponse(page, size: size)
     }
 
     func resolve(_ context: RequestContext) async throws -> HTTPResponse {
@@ -207,7 +222,7 @@ struct TopicsController: Sendable {
         let after = try Paging.decode(try body.string("pageToken", maxBytes: 512))
         let page = try await targeting.resolve(
             projectID: project.id, condition: condition, after: after, limit: size + 1)
-        return .json(TopicsController.targets(page, size: size))
+        return TopicsController.targetsResponse(page, size: size)
     }
 }
 
