@@ -27,7 +27,7 @@ import time
 
 import yaml
 
-from harness import check, free_port, request, summary
+from harness import check, free_port, request, start_haproxy, summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PODMAN = ["podman"]
@@ -288,32 +288,9 @@ def kube_test():
         check("kube: runAsUser and readOnlyRootFilesystem are honoured",
               inspect["Config"]["User"] == "10001" and inspect["HostConfig"]["ReadonlyRootfs"])
         port = free_port()
-        config = os.path.join(workdir, "haproxy.cfg")
-
         admin = os.path.join(workdir, "haproxy.sock")
-        with open(config, "w") as f:   # the Service's part: the pods' addresses, health-checked on /readyz
-            f.write(f"""global
-    maxconn 1024
-    stats socket {admin} level admin
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 30s
-    timeout server 30s
-    retries 3
-    option redispatch
-    retry-on conn-failure empty-response
-    option forwardfor
-frontend registry
-    bind 127.0.0.1:{port}
-    default_backend pods
-backend pods
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 300ms fall 1 rise 2
-""" + "".join(f"    server p{i} {address(c)}:8080 check\n" for i, c in enumerate(replicas)))
-        haproxy = subprocess.Popen(["haproxy", "-db", "-f", config], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        # The Service's part: the pods' addresses, health-checked on /readyz.
+        haproxy = start_haproxy(workdir, port, [f"{address(c)}:8080" for c in replicas], admin=admin)
 
         def restart(c):
             """A restarted pod comes back on a new address: the stand-in Service learns it through HAProxy's runtime
@@ -322,7 +299,7 @@ backend pods
             wait_for(lambda: container_ready(c), 60)
             with socket.socket(socket.AF_UNIX) as s:
                 s.connect(admin)
-                s.sendall(f"set server pods/p{replicas.index(c)} addr {address(c)} port 8080\n".encode())
+                s.sendall(f"set server replicas/s{replicas.index(c)} addr {address(c)} port 8080\n".encode())
                 s.recv(4096)
 
         base = f"http://127.0.0.1:{port}"

@@ -28,11 +28,11 @@ def postgres_running(data_dir):
     return any(line.startswith("/usr/lib/postgresql/") and data_dir in line for line in out.splitlines())
 
 
-def start(binary, cwd, port, user):
+def start(binary, cwd, port, user, command=None):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRETS_KEY", "SECRETS_KEY_FILE")}
     env.update({"PORT": str(port), "HOST": "127.0.0.1", "JOBS_INTERVAL_SECONDS": "0"})
     log = tempfile.NamedTemporaryFile("w+", delete=False, prefix="firstrun-")
-    command = [binary, "serve"]
+    command = command or [binary, "serve"]
     if user:
         env["HOME"] = pwd.getpwnam(user).pw_dir
         # setpriv changes the user and nothing else (runuser would start a session that takes the signals too).
@@ -97,6 +97,24 @@ def scenario(name, binary, checkout, user, data_dir_hint, clusters):
     check(f"{name}: the adopted cluster is stopped; nothing is left running", not postgres_running(data_dir))
 
 
+def readme_command(name, checkout, user, clusters):
+    """The README's first command itself, `./scripts/run.sh`, in a fresh clone: it builds the release binary (about
+    a minute here) and serves; SIGTERM stops the service and its cluster."""
+    port = free_port()
+    process, log = start(None, checkout, port, user, command=["./scripts/run.sh"])
+    try:
+        check(f"{name}: ./scripts/run.sh builds and answers /healthz", healthy(port, process, timeout=900),
+              log_of(log)[-2000:])
+        data_dir = data_dir_from(log_of(log))
+        clusters.append(data_dir)
+        process.send_signal(signal.SIGTERM)
+        check(f"{name}: ./scripts/run.sh stops on SIGTERM with exit 0", process.wait(timeout=60) == 0)
+        check(f"{name}: and its cluster stops with it", bool(data_dir) and not postgres_running(data_dir), data_dir)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 def data_dir_from(text):
     marker = "creating the PostgreSQL cluster in "
     for line in text.splitlines():
@@ -135,6 +153,14 @@ def main():
         subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", checkout], check=True)
         subprocess.run(["chown", "-R", f"{USER}:", home], check=True)
         scenario("user", binary, checkout, USER, data_dir_from, clusters)
+        # The README's command word for word, as root from a private directory and as the user from its home.
+        readme_root = os.path.join(private, "readme-clone")
+        subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", readme_root], check=True)
+        readme_command("README as root", readme_root, None, clusters)
+        readme_user = os.path.join(home, "readme-clone")
+        subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", readme_user], check=True)
+        subprocess.run(["chown", "-R", f"{USER}:", readme_user], check=True)
+        readme_command("README as a user", readme_user, USER, clusters)
     finally:
         # Whatever a failed check left behind: the services, their clusters, the relocated cluster directories.
         for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines():

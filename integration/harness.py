@@ -81,3 +81,34 @@ def wait_ready(port, timeout=30):
             return True
         time.sleep(0.1)
     return False
+
+
+def start_haproxy(workdir, port, servers, admin=None):
+    """HAProxy on 127.0.0.1:`port` in front of `servers` ("host:port" each, named s0, s1, …), health-checked on
+    /readyz every 300 ms, retrying requests that never reached a server. With `admin`, a runtime API socket there
+    (`set server replicas/s0 addr …`). Returns the process."""
+    config = os.path.join(workdir, "haproxy.cfg")
+    with open(config, "w") as f:
+        f.write(f"""global
+    maxconn 4096
+{f"    stats socket {admin} level admin" if admin else ""}
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 30s
+    timeout server 30s
+    retries 3
+    option redispatch
+    retry-on conn-failure empty-response
+    option forwardfor
+frontend registry
+    bind 127.0.0.1:{port}
+    default_backend replicas
+backend replicas
+    balance roundrobin
+    option httpchk GET /readyz
+    http-check expect status 200
+    default-server inter 300ms fall 1 rise 2
+""" + "".join(f"    server s{i} {server} check\n" for i, server in enumerate(servers)))
+    return subprocess.Popen(["haproxy", "-db", "-f", config], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+

@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 
-from harness import BIN, Database, check, free_port, request, summary, wait_ready
+from harness import BIN, Database, check, free_port, request, start_haproxy, summary, wait_ready
 
 RETRYABLE = {502, 503, 504}
 DB = Database("topology")
@@ -34,28 +34,7 @@ def main():
                "DRAIN_TIMEOUT_SECONDS": "5", "RATE_LIMIT_CREATE_PER_ADDRESS": "0", "RATE_LIMIT_CREATE_PER_KEY": "0"}
         replicas.append(subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log))
     lb_port = free_port()
-    config = os.path.join(workdir, "haproxy.cfg")
-    with open(config, "w") as f:
-        f.write(f"""global
-    maxconn 4096
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 30s
-    timeout server 30s
-    retries 3
-    option redispatch
-    retry-on conn-failure
-frontend registry
-    bind 127.0.0.1:{lb_port}
-    default_backend replicas
-backend replicas
-    balance roundrobin
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 300ms fall 1 rise 2
-""" + "".join(f"    server r{i} 127.0.0.1:{p} check\n" for i, p in enumerate(ports)))
-    haproxy = subprocess.Popen(["haproxy", "-f", config, "-db"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    haproxy = start_haproxy(workdir, lb_port, [f"127.0.0.1:{p}" for p in ports])
     try:
         check("three replicas become ready", all(wait_ready(p) for p in ports))
         base = f"http://127.0.0.1:{lb_port}"
