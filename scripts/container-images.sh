@@ -10,12 +10,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-localhost/token-registry:dev}
-podman=(podman --runtime /usr/sbin/runc)
+podman=(podman)
 conf=/etc/containers/containers.conf
-if ! grep -q 'default_ulimits = \[\]' "$conf" 2>/dev/null; then
-  # podman's default ulimits exceed this machine's hard limits; crun does not run here, runc does.
+if ! grep -q 'default_ulimits = \[\]' "$conf" 2>/dev/null || ! grep -q 'runtime = "runc"' "$conf" 2>/dev/null; then
+  # podman's default ulimits exceed this machine's hard limits; crun does not run here ("cgroups in hybrid mode"),
+  # runc does: the default for every podman call, including those docker-compose makes through podman's API.
   mkdir -p /etc/containers
-  printf '[containers]\ndefault_ulimits = []\npids_limit = 0\n' > "$conf"
+  printf '[containers]\ndefault_ulimits = []\npids_limit = 0\n\n[engine]\nruntime = "runc"\n' > "$conf"
 fi
 stamp() { date +%s; }
 if ! "${podman[@]}" image exists localhost/debian:bookworm-slim; then
