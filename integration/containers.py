@@ -198,9 +198,10 @@ def compose_test():
         base = f"http://127.0.0.1:{port}"
         served = wait_for(lambda: ready(base), 120)
         print(f"compose: serving through HAProxy {time.time() - t0:.1f} s after up", flush=True)
-        check("compose: HAProxy serves /readyz from the replicas", served)
         names = {c["Labels"]["com.docker.compose.service"]: c["Names"][0] for c in json.loads(
             podman("ps", "-a", "--filter", f"label=com.docker.compose.project={TAG}", "--format", "json"))}
+        check("compose: HAProxy serves /readyz from the replicas", served,
+              podman("logs", names.get("haproxy", "-"), check_status=False)[-800:])
         check("compose: the migrate step ran and exited 0", exit_code(names["migrate"]) == 0)
         replicas = [names["registry-1"], names["registry-2"]]
 
