@@ -68,8 +68,16 @@ def container_ready(name):
 
 
 def cli(container, *args):
-    """Runs a token-registry command inside a running replica (its environment names the database)."""
-    return json.loads(podman("exec", container, "token-registry", *args))
+    """Runs a token-registry command inside a running replica (its environment names the database). Retried when
+    podman's DNS (aardvark-dns) answers "temporary failure in name resolution", which it did once under a loaded CI
+    run while the replicas themselves were serving."""
+    for attempt in range(5):
+        try:
+            return json.loads(podman("exec", container, "token-registry", *args))
+        except RuntimeError as error:
+            if "name resolution" not in str(error) or attempt == 4:
+                raise
+            time.sleep(1)
 
 
 def rolling_stop_under_load(name, base, replicas, start, stop, sql):
