@@ -19,6 +19,7 @@ public final class Application: Sendable {
     private let draining = Atomic<Bool>(false)
     private let server = Mutex<HTTPServer?>(nil)
     private let background = Mutex<[Task<Void, Never>]>([])
+    private let startHooks = Mutex<[@Sendable ([EventLoop]) -> Void]>([])
 
     public var catalog: Catalog { services.catalog }
     public var tokens: TokenIssuer { services.tokens }
@@ -130,8 +131,15 @@ public final class Application: Sendable {
         }
         let port = try http.start()
         server.withLock { $0 = http }
+        for hook in startHooks.withLock({ $0 }) { hook(http.eventLoops) }
         logger.info("listening", [("host", .string(configuration.http.host)), ("port", .int(port))])
         return port
+    }
+
+    /// Calls `hook` with the HTTP event loops once ``start()`` has started them: the composition root places the
+    /// database connections on them.
+    public func onStart(_ hook: @escaping @Sendable ([EventLoop]) -> Void) {
+        startHooks.withLock { $0.append(hook) }
     }
 
     /// Runs the background jobs every `interval` seconds and the change-feed relay every 250 ms, until

@@ -23,6 +23,9 @@ public struct Configuration: Sendable {
     public var databaseAcquireTimeoutMillis = 5000
     /// Each database connection's `statement_timeout` (0: the server's own setting).
     public var databaseStatementTimeoutMillis = 30_000
+    /// At most this many concurrent single-statement writes (token refreshes, installation creates) committed in one
+    /// transaction; 1 commits each alone.
+    public var databaseGroupCommitMax = 64
     public var drainTimeoutSeconds = 10.0
     /// Installation creates per second, per API key and per client address (bursts of twice that).
     public var createRatePerKey = 500.0
@@ -89,6 +92,7 @@ public struct Configuration: Sendable {
         c.drainTimeoutSeconds = Double(try reader.int("DRAIN_TIMEOUT_SECONDS", default: 10, range: 0...3600))
         c.databasePoolSize = try reader.int("DB_POOL_SIZE", default: 16, range: 1...1000)
         c.databaseAcquireTimeoutMillis = try reader.int("DB_ACQUIRE_TIMEOUT_MS", default: 5000, range: 10...600_000)
+        c.databaseGroupCommitMax = try reader.int("DB_GROUP_COMMIT_MAX", default: 64, range: 1...1000)
         c.databaseStatementTimeoutMillis = try reader.int(
             "DB_STATEMENT_TIMEOUT_MS", default: 30_000, range: 0...86_400_000)
         c.createRatePerKey = Double(try reader.int("RATE_LIMIT_CREATE_PER_KEY", default: 500, range: 0...1_000_000))

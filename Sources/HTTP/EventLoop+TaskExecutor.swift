@@ -1,12 +1,13 @@
 import Dispatch
+import Glibc
 import Synchronization
 
 /// Handler tasks prefer the loop that owns their connection as their executor: their jobs run on the loop thread
 /// between epoll rounds, so a request costs no hop to the cooperative pool and back.
-extension EventLoop: TaskExecutor {
+extension EventLoop: TaskExecutor, SerialExecutor {
     /// Handler tasks run on the loop thread that owns their connection: no hop to the cooperative pool and back
     /// for each request. A handler that awaits a database call suspends; its continuation comes back here.
-    func enqueue(_ job: consuming ExecutorJob) {
+    public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         let (wasEmpty, stopped) = jobs.withLock { state -> (Bool, Bool) in
             if state.stopped { return (false, true) }
@@ -16,14 +17,26 @@ extension EventLoop: TaskExecutor {
         }
         if stopped {
             // The loop has stopped: a task that still prefers it (a handler finishing after shutdown) runs on.
-            let executor = asUnownedTaskExecutor()
-            DispatchQueue.global().async { job.runSynchronously(on: executor) }
+            afterStop.async { self.run(job) }
         } else if wasEmpty {
             wake()
         }
     }
 
-    func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
+    public func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
+
+    public func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
+
+    /// The loop as the executor of the actors placed on it (database connections).
+    public var serialExecutor: UnownedSerialExecutor { asUnownedSerialExecutor() }
+
+    /// True on the loop's own thread (while it runs).
+    public var isCurrent: Bool { threadID.load(ordering: .relaxed) == pthread_self() }
+
+    /// Runs a job as both executors: a handler task's, or an actor's isolated to the loop.
+    func run(_ job: UnownedJob) {
+        job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
+    }
 
     func runJobs() {
         // Bounded rounds, so a handler that keeps re-enqueueing cannot starve the sockets.
@@ -33,8 +46,7 @@ extension EventLoop: TaskExecutor {
                 return state.queue
             }
             if batch.isEmpty { return }
-            let executor = asUnownedTaskExecutor()
-            for job in batch { job.runSynchronously(on: executor) }
+            for job in batch { run(job) }
         }
         if jobs.withLock({ !$0.queue.isEmpty }) { wake() }
     }

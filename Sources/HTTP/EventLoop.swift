@@ -6,9 +6,12 @@ import Synchronization
 /// One epoll event loop on its own thread: a listener, the connections it accepted, and an inbox of responses
 /// that handler tasks post back through an `eventfd`.
 ///
+/// It is also a serial executor, and watches other sockets on request (``whenReady(_:writable:_:)``): a database
+/// connection placed on the loop runs its non-blocking I/O here, so a handler's query costs no thread hop.
+///
 /// `@unchecked Sendable`: every mutable property is touched only on the loop's thread, except `inbox` and
 /// `commands`, which are behind a `Mutex` and announced through `wakeFD`.
-final class EventLoop: @unchecked Sendable {
+public final class EventLoop: @unchecked Sendable {
     enum Command { case drain, stop }
 
     private struct Completion {
@@ -18,7 +21,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     let core: HTTPServer.Core
-    private let epollFD: Int32
+    let epollFD: Int32
     private let wakeFD: Int32
     /// The eventfd while the loop runs, -1 once it is closed. Every write to it happens under this lock, so a
     /// late wake-up (a handler finishing after shutdown) can never write into a descriptor number that another
@@ -40,6 +43,13 @@ final class EventLoop: @unchecked Sendable {
     var draining = false
     private var acceptPausedUntil: UInt64 = 0
     private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+    /// Sockets watched for others (one-shot), and those registered with epoll at all.
+    var watchers: [Int32: () -> Void] = [:]
+    var watched: Set<Int32> = []
+    /// The loop's thread while it runs, 0 otherwise.
+    let threadID = Atomic<UInt>(0)
+    /// Runs the jobs that arrive once the loop has stopped, still one at a time.
+    let afterStop = DispatchQueue(label: "http.loop.after-stop")
 
     init(core: HTTPServer.Core, listenFD: Int32) throws {
         self.core = core
@@ -88,6 +98,7 @@ final class EventLoop: @unchecked Sendable {
     // MARK: - Loop
 
     func run() {
+        threadID.store(pthread_self(), ordering: .relaxed)
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         var lastSweep = Socket.monotonicMillis()
         var running = true
@@ -103,6 +114,8 @@ final class EventLoop: @unchecked Sendable {
                         _ = read(wakeFD, &value, 8)
                     } else if fd == listenFD {
                         acceptAll(now: now)
+                    } else if let watcher = watchers.removeValue(forKey: fd) {
+                        watcher()
                     } else if let connection = connections[fd] {
                         if flags & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
                             onReadable(connection, now: now)
@@ -140,14 +153,18 @@ final class EventLoop: @unchecked Sendable {
             close(fd)
             fd = -1
         }
-        // Jobs still queued, and any that arrive from now on, run on Dispatch.
+        // Jobs still queued, and any that arrive from now on, run on a serial queue.
         let leftover = jobs.withLock { state -> [UnownedJob] in
             state.stopped = true
             defer { state.queue.removeAll() }
             return state.queue
         }
-        let executor = asUnownedTaskExecutor()
-        for job in leftover { DispatchQueue.global().async { job.runSynchronously(on: executor) } }
+        threadID.store(0, ordering: .relaxed)
+        for job in leftover { afterStop.async { self.run(job) } }
+        // Whoever waits on a socket re-checks it, now with poll(2) (``whenReady(_:writable:_:)`` off the loop).
+        let waiting = watchers.values
+        watchers.removeAll()
+        for watcher in waiting { watcher() }
         finished.withLock { $0 = true }
     }
 

@@ -149,6 +149,9 @@ public final class HTTPServer: Sendable {
     /// Protocol errors answered by the server itself, by status.
     public var protocolErrors: [Int: Int] { core.parseErrors.withLock { $0 } }
 
+    /// The event loops, once started: other sockets may be watched on them (``EventLoop/whenReady(_:writable:_:)``).
+    public var eventLoops: [EventLoop] { loops.withLock { $0 } }
+
     /// Binds the listeners and starts the event loops.
     ///
     /// - Returns: the bound port.

@@ -47,17 +47,22 @@ public struct PoolStateMachine<Connection> {
         PostgresError(.poolTimeout, message: "no database connection free in time")
     }
 
-    /// A caller (`id`) asks for a connection at `now`.
-    public mutating func acquire(_ id: UInt64, at now: ContinuousClock.Instant) -> AcquireAction {
+    /// A caller (`id`) asks for a connection at `now`. It gets an idle connection it `prefers` (one on its own event
+    /// loop) if there is one, else a new one while there is room, else any idle one, else it waits.
+    public mutating func acquire(
+        _ id: UInt64, at now: ContinuousClock.Instant, prefers: (Connection) -> Bool = { _ in true }
+    ) -> AcquireAction {
         if abandoned.remove(id) != nil { return .cancelled }
         if isClosed { return .fail(Self.closedError) }
-        if let connection = idle.popLast() { return .lease(connection) }
-        if total < maxConnections {
-            if let retryAfter, now < retryAfter {
-                return .fail(lastError ?? PostgresError(.connectionFailed, message: "database unavailable"))
-            }
+        if let index = idle.lastIndex(where: prefers) { return .lease(idle.remove(at: index)) }
+        let backingOff = retryAfter.map { now < $0 } ?? false
+        if total < maxConnections && !backingOff {
             total += 1
             return .open
+        }
+        if let connection = idle.popLast() { return .lease(connection) }
+        if total < maxConnections {
+            return .fail(lastError ?? PostgresError(.connectionFailed, message: "database unavailable"))
         }
         waiters.append(id)
         return .wait

@@ -1,42 +1,77 @@
 import CLibPQ
+import Dispatch
 import Glibc
 import Synchronization
 
-/// One libpq connection, owned by an actor that runs on its own serial queue.
+/// One libpq connection in non-blocking mode, owned by an actor.
 ///
-/// Statements are prepared once per connection (keyed by their SQL text) and executed with bound text
-/// parameters, so no value is ever spliced into SQL.
+/// The actor's executor is the event loop the connection was placed on (``PostgresEventLoop``): a statement is
+/// written to the socket, the loop's epoll says when its answer arrived, and the caller resumes on that loop, with
+/// no thread hop when it runs there too. A connection placed on no loop (the CLI, migrations, tests of this module)
+/// runs on a serial queue of its own and waits with `poll(2)`.
+///
+/// Statements are prepared once per connection (keyed by their SQL text) and executed with bound text parameters,
+/// so no value is ever spliced into SQL. They are sent in pipeline mode: a first use's `Parse` travels with its
+/// `Execute`, and ``pipeline(_:)`` sends many statements in one round trip.
 public actor PostgresConnection {
-    private let connection: OpaquePointer
-    private let executor: DispatchQueueExecutor
-    private var prepared: [String: String] = [:]
-    /// Health and transaction state after the last call, readable without hopping onto the connection's queue
+    enum Driver {
+        case loop(any PostgresEventLoop)
+        case thread(DispatchQueueExecutor)
+    }
+
+    let connection: OpaquePointer
+    let socket: Int32
+    let driver: Driver
+    var prepared: [String: String] = [:]
+    /// Names statements: never reused, even for one whose `Parse` failed.
+    var statementCount = 0
+    /// One operation at a time: later callers wait their turn here (the actor is re-entered at every await).
+    private var busy = false
+    private var turnWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Health and transaction state after the last call, readable without hopping onto the connection's executor
     /// (the pool checks it on every release).
     private let status = Mutex(Status(healthy: true, inTransaction: false))
 
     struct Status {
         var healthy: Bool
         var inTransaction: Bool
-        /// Set once the server refused a write as read-only: the connection stays unhealthy whatever follows.
+        /// Set once the server refused a write as read-only, or the connection broke: it stays unhealthy.
         var retired = false
     }
 
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
-
-    private init(connection: OpaquePointer, executor: DispatchQueueExecutor) {
-        self.connection = connection
-        self.executor = executor
+    public nonisolated var unownedExecutor: UnownedSerialExecutor {
+        switch driver {
+        case let .loop(loop): loop.serialExecutor
+        case let .thread(executor): executor.asUnownedSerialExecutor()
+        }
     }
 
-    isolated deinit { PQfinish(connection) }
+    /// The loop this connection runs on; nil when it has a thread of its own.
+    public nonisolated var loop: (any PostgresEventLoop)? {
+        if case let .loop(loop) = driver { return loop }
+        return nil
+    }
 
-    /// Opens a connection from a libpq connection string or URL, off the cooperative pool.
+    private init(connection: OpaquePointer, driver: Driver) {
+        self.connection = connection
+        self.socket = PQsocket(connection)
+        self.driver = driver
+    }
+
+    isolated deinit {
+        if case let .loop(loop) = driver { loop.forget(socket) }
+        PQfinish(connection)
+    }
+
+    /// Opens a connection from a libpq connection string or URL (on a thread of its own: connecting blocks) and
+    /// places it on `loop`, or on a serial queue of its own when `loop` is nil.
     ///
     /// - Throws: ``PostgresError`` `.connectionFailed` with libpq's message.
-    public static func connect(_ conninfo: String) async throws -> PostgresConnection {
-        let executor = DispatchQueueExecutor(label: "postgres.connection")
+    public static func connect(_ conninfo: String, on loop: (any PostgresEventLoop)? = nil) async throws
+        -> PostgresConnection
+    {
         let result: Result<OpaquePointer, PostgresError> = await withCheckedContinuation { continuation in
-            executor.queue.async {
+            DispatchQueue.global().async {
                 guard let conn = PQconnectdb(conninfo) else {
                     continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: "out of memory")))
                     return
@@ -47,12 +82,18 @@ public actor PostgresConnection {
                     continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: message)))
                     return
                 }
-                let setup = PQexec(conn, "SET TimeZone = 'UTC'; SET client_min_messages = warning")
-                PQclear(setup)
+                PQclear(PQexec(conn, "SET TimeZone = 'UTC'; SET client_min_messages = warning"))
+                guard PQsetnonblocking(conn, 1) == 0 else {
+                    let message = String(cString: PQerrorMessage(conn)).trimmingTrailingNewlines()
+                    PQfinish(conn)
+                    continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: message)))
+                    return
+                }
                 continuation.resume(returning: .success(conn))
             }
         }
-        return PostgresConnection(connection: try result.get(), executor: executor)
+        let driver: Driver = loop.map { .loop($0) } ?? .thread(DispatchQueueExecutor(label: "postgres.connection"))
+        return PostgresConnection(connection: try result.get(), driver: driver)
     }
 
     /// True while the connection is usable, as of its last call.
@@ -61,7 +102,7 @@ public actor PostgresConnection {
     /// True when a transaction is left open, as of its last call.
     public nonisolated var isInTransaction: Bool { status.withLock { $0.inTransaction } }
 
-    private func updateStatus() {
+    func updateStatus() {
         let healthy = PQstatus(connection) == CONNECTION_OK
         let inTransaction = PQtransactionStatus(connection) != PQTRANS_IDLE
         status.withLock {
@@ -70,96 +111,56 @@ public actor PostgresConnection {
         }
     }
 
-    /// Runs a parameterised statement, preparing it on first use.
+    /// Marks the connection as never to be reused.
+    func retire() {
+        status.withLock {
+            $0.retired = true
+            $0.healthy = false
+        }
+    }
+
+    // MARK: - Statements
+
+    /// Runs a parameterised statement, preparing it on first use (in the same round trip).
     @discardableResult
-    public func query(_ query: PostgresQuery) throws -> PostgresRows {
-        let name: String
-        if let existing = prepared[query.sql] {
-            name = existing
-        } else {
-            name = "s\(prepared.count + 1)"
-            let result = PQprepare(connection, name, query.sql, Int32(query.binds.count), nil)
-            defer { PQclear(result) }
-            try check(result)
-            prepared[query.sql] = name
-        }
-        let result = withCStrings(query.binds) { pointers in
-            PQexecPrepared(connection, name, Int32(pointers.count), pointers, nil, nil, 0)
-        }
-        defer { PQclear(result) }
-        try check(result)
-        return rows(of: result!)
+    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
+        try await pipeline([query])[0].get()
+    }
+
+    /// Sends `queries` in one round trip, in pipeline mode, and answers each statement's outcome in order.
+    ///
+    /// Outside a transaction the statements run as one implicit transaction, committed at the end: the first that
+    /// fails rolls back those before it, and those after it answer an error without running. Inside a transaction
+    /// (after `BEGIN`) they run in it, and the first failure aborts it.
+    public func pipeline(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
+        await takeTurn()
+        defer { giveTurn() }
+        return try await runPipeline(queries)
     }
 
     /// Runs one or more statements without parameters (migrations, `BEGIN`, `COMMIT`).
-    public func execute(_ sql: String) throws {
-        let result = PQexec(connection, sql)
-        defer { PQclear(result) }
-        try check(result)
+    public func execute(_ sql: String) async throws {
+        await takeTurn()
+        defer { giveTurn() }
+        try await runSimple(sql)
     }
 
-    private func check(_ result: OpaquePointer?) throws {
-        updateStatus()
-        guard let result else {
-            throw PostgresError(
-                .connectionFailed, message: String(cString: PQerrorMessage(connection)).trimmingTrailingNewlines())
-        }
-        switch PQresultStatus(result) {
-        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+    private func takeTurn() async {
+        if !busy {
+            busy = true
             return
-        default:
-            let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-            let message = String(cString: PQresultErrorMessage(result)).trimmingTrailingNewlines()
-            // The server sends a SQLSTATE with every error; an error without one is libpq's own: the connection
-            // broke (e.g. "server closed the connection unexpectedly" after a shutdown), whatever PQstatus says yet.
-            if PQstatus(connection) != CONNECTION_OK || sqlState == nil {
-                status.withLock {
-                    $0.retired = true
-                    $0.healthy = false
-                }
-                throw PostgresError(.connectionFailed, sqlState: sqlState, message: message)
-            }
-            if sqlState == PostgresError.readOnlySQLTransaction {
-                // The server stopped taking writes (demoted by a failover): never reuse this connection.
-                status.withLock {
-                    $0.retired = true
-                    $0.healthy = false
-                }
-            }
-            throw PostgresError(.server, sqlState: sqlState, message: message)
         }
+        await withCheckedContinuation { turnWaiters.append($0) }
     }
 
-    private func rows(of result: OpaquePointer) -> PostgresRows {
-        let columnCount = Int(PQnfields(result))
-        let rowCount = Int(PQntuples(result))
-        var columns: [String] = []
-        columns.reserveCapacity(columnCount)
-        for c in 0..<columnCount { columns.append(String(cString: PQfname(result, Int32(c)))) }
-        var values: [[String?]] = []
-        values.reserveCapacity(rowCount)
-        for r in 0..<rowCount {
-            var row: [String?] = []
-            row.reserveCapacity(columnCount)
-            for c in 0..<columnCount {
-                if PQgetisnull(result, Int32(r), Int32(c)) == 1 {
-                    row.append(nil)
-                } else {
-                    row.append(String(cString: PQgetvalue(result, Int32(r), Int32(c))))
-                }
-            }
-            values.append(row)
+    /// Hands the turn straight to the next waiter (`busy` stays set), or frees it.
+    private func giveTurn() {
+        if turnWaiters.isEmpty {
+            busy = false
+        } else {
+            turnWaiters.removeFirst().resume()
         }
-        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
-        return PostgresRows(columns: columns, values: values, affectedRows: affected)
     }
-}
-
-/// Calls `body` with C string pointers for `strings` (nil for NULL), valid for the duration of the call.
-private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
-    let storage: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } ?? nil }
-    defer { for p in storage { free(p) } }
-    return body(storage.map { $0.map { UnsafePointer($0) } })
 }
 
 extension String {

@@ -21,15 +21,21 @@ public final class PostgresPool: Sendable {
         /// Set as each connection's `statement_timeout`, so one slow statement cannot hold a connection for ever;
         /// nil leaves the server's setting.
         public var statementTimeout: Duration?
+        /// ``PostgresPool/groupCommitted(_:key:)``: at most this many statements in one transaction (1: none
+        /// gathered), and at most this many such transactions at once per event loop.
+        public var groupCommitBatch: Int
+        public var groupCommitsPerLoop: Int
 
         public init(
             conninfo: String, maxConnections: Int = 10, acquireTimeout: Duration = .seconds(5),
-            statementTimeout: Duration? = .seconds(30)
+            statementTimeout: Duration? = .seconds(30), groupCommitBatch: Int = 64, groupCommitsPerLoop: Int = 2
         ) {
             self.conninfo = conninfo
             self.maxConnections = max(1, maxConnections)
             self.acquireTimeout = acquireTimeout
             self.statementTimeout = statementTimeout
+            self.groupCommitBatch = max(1, groupCommitBatch)
+            self.groupCommitsPerLoop = max(1, groupCommitsPerLoop)
         }
     }
 
@@ -52,7 +58,10 @@ public final class PostgresPool: Sendable {
     private struct State {
         var machine: Machine
         var continuations: [UInt64: CheckedContinuation<Grant, any Error>] = [:]
-        var timers: [UInt64: Task<Void, Never>] = [:]
+        /// When each waiter's acquire times out; one reaper task sleeps until the earliest (not a timer per waiter:
+        /// under load most acquires wait briefly, and a task per wait costs two thread wake-ups).
+        var deadlines: [UInt64: ContinuousClock.Instant] = [:]
+        var reaperRunning = false
         var nextID: UInt64 = 0
 
         /// The continuation a waiter action answers, with its answer; its timer is cancelled.
@@ -64,17 +73,22 @@ public final class PostgresPool: Sendable {
             case let .open(waiter): (id, result) = (waiter, .success(.slot))
             case let .fail(waiter, error): (id, result) = (waiter, .failure(error))
             }
-            timers.removeValue(forKey: id)?.cancel()
+            deadlines[id] = nil
             // A waiter is registered together with its continuation, under the same lock: it is always here.
             return continuations.removeValue(forKey: id).map { ($0, result) }
         }
     }
 
     public let configuration: Configuration
+    /// The event loops connections are placed on, once attached (``PostgresEventLoopGroup``).
+    public let loops = PostgresEventLoopGroup()
     private let state: Mutex<State>
+    private let committer: GroupCommitter
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
+        committer = GroupCommitter(
+            maxBatch: configuration.groupCommitBatch, batchesPerLane: configuration.groupCommitsPerLoop)
         state = Mutex(State(machine: Machine(maxConnections: configuration.maxConnections)))
     }
 
@@ -118,6 +132,15 @@ public final class PostgresPool: Sendable {
         try await withConnection { try await $0.query(query) }
     }
 
+    /// Runs one statement that writes in a transaction of its own, possibly together with concurrent ones
+    /// (``GroupCommitter``): answered after its commit. Statements of one transaction run in `key` order (same-key
+    /// ones in arrival order); use the key of the row the statement locks first. A statement that fails fails alone.
+    @discardableResult
+    public func groupCommitted(_ query: PostgresQuery, key: String) async throws -> PostgresRows {
+        if configuration.groupCommitBatch == 1 { return try await self.query(query) }
+        return try await committer.run(query, key: key, on: self)
+    }
+
     /// Closes the pool: idle connections close now, waiters and later callers fail, connections in use close when
     /// they come back. Used at shutdown.
     public func close() {
@@ -132,12 +155,21 @@ public final class PostgresPool: Sendable {
     // MARK: - Acquire and release
 
     private func acquire() async throws -> PostgresConnection {
+        // A caller on an event loop prefers a connection of that loop: its statements then need no thread hop.
+        let home = loops.current.map { ObjectIdentifier($0) }
         let (id, fast) = state.withLock { s -> (UInt64, Machine.AcquireAction?) in
             s.nextID += 1
             // Answer at once when no waiting is needed; otherwise wait below, where the continuation exists.
             let mustWait =
                 !s.machine.isClosed && s.machine.idleCount == 0 && s.machine.total >= s.machine.maxConnections
-            return (s.nextID, mustWait ? nil : s.machine.acquire(s.nextID, at: .now))
+            return (
+                s.nextID,
+                mustWait
+                    ? nil
+                    : s.machine.acquire(s.nextID, at: .now) {
+                        home == nil || $0.loop.map { ObjectIdentifier($0) } == home
+                    }
+            )
         }
         let grant: Grant
         switch fast {
@@ -165,9 +197,10 @@ public final class PostgresPool: Sendable {
                     let action = s.machine.acquire(id, at: .now)
                     if case .wait = action {
                         s.continuations[id] = continuation
-                        s.timers[id] = Task { [weak self] in
-                            guard (try? await Task.sleep(for: timeout)) != nil else { return }
-                            self?.expire(id)
+                        s.deadlines[id] = .now + timeout
+                        if !s.reaperRunning {
+                            s.reaperRunning = true
+                            Task { [weak self] in await self?.reap() }
                         }
                     }
                     return action
@@ -183,26 +216,39 @@ public final class PostgresPool: Sendable {
         } onCancel: {
             let waiter = state.withLock { s -> Resumption? in
                 guard s.machine.cancelled(id) else { return nil }
-                s.timers.removeValue(forKey: id)?.cancel()
+                s.deadlines[id] = nil
                 return s.continuations.removeValue(forKey: id).map { ($0, .failure(CancellationError())) }
             }
             if let (continuation, result) = waiter { continuation.resume(with: result) }
         }
     }
 
-    private func expire(_ id: UInt64) {
-        let waiter = state.withLock { s -> Resumption? in
-            guard s.machine.timedOut(id) else { return nil }
-            s.timers[id] = nil
-            return s.continuations.removeValue(forKey: id).map { ($0, .failure(Machine.timeoutError)) }
+    /// Fails the waiters whose time ran out, sleeping until the next deadline; ends when no one waits.
+    private func reap() async {
+        while true {
+            let (expired, next) = state.withLock { s -> ([Resumption], ContinuousClock.Instant?) in
+                let now = ContinuousClock.now
+                var expired: [Resumption] = []
+                for (id, deadline) in s.deadlines where deadline <= now {
+                    s.deadlines[id] = nil
+                    if s.machine.timedOut(id), let continuation = s.continuations.removeValue(forKey: id) {
+                        expired.append((continuation, .failure(Machine.timeoutError)))
+                    }
+                }
+                let next = s.deadlines.values.min()
+                if next == nil { s.reaperRunning = false }
+                return (expired, next)
+            }
+            for (continuation, result) in expired { continuation.resume(with: result) }
+            guard let next else { return }
+            try? await Task.sleep(until: next, clock: .continuous)
         }
-        if let (continuation, result) = waiter { continuation.resume(with: result) }
     }
 
     /// Opens a connection for a slot the machine reserved; a failure gives the slot back and fails the waiters.
     private func open() async throws -> PostgresConnection {
         do {
-            let connection = try await PostgresConnection.connect(configuration.conninfo)
+            let connection = try await PostgresConnection.connect(configuration.conninfo, on: loops.placement())
             if let timeout = configuration.statementTimeout {
                 let (seconds, attoseconds) = timeout.components
                 try await connection.execute(
@@ -219,7 +265,9 @@ public final class PostgresPool: Sendable {
     }
 
     private func release(_ connection: PostgresConnection) {
-        let reusable = connection.isHealthy && !connection.isInTransaction
+        // A connection opened before the loops were attached has a thread of its own: it is replaced by one on a loop.
+        let reusable =
+            connection.isHealthy && !connection.isInTransaction && (connection.loop != nil || loops.isEmpty)
         let handOff = state.withLock { s in
             s.machine.release(connection, reusable: reusable, at: .now).flatMap { s.take($0) }
         }

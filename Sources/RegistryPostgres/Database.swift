@@ -38,6 +38,13 @@ struct Database: Sendable {
         try await Database.translating { try await failingOver { try await $0.query(query) } }
     }
 
+    /// Runs one statement that writes, possibly committed together with concurrent ones (group commit): `key` names
+    /// the row it locks first, so statements of one transaction lock in one order. Never on a read replica.
+    @discardableResult
+    func groupCommitted(_ query: PostgresQuery, key: String) async throws -> PostgresRows {
+        try await Database.translating { try await pool.groupCommitted(query, key: key) }
+    }
+
     /// Runs `body` in one transaction (committed when it returns, rolled back when it throws).
     func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         try await Database.translating { try await failingOver { try await $0.withTransaction(body) } }

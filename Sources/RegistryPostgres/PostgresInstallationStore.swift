@@ -12,8 +12,10 @@ struct PostgresInstallationStore: InstallationStore {
     /// statement), and the re-check of the retirement after the insert (`registry_assert_fid_live`, migration 5).
     func create(_ i: Installation, fidHash: [UInt8], initialConsent: Bool) async throws -> Bool {
         do {
-            return try await db.query(Self.creation(i, fidHash: fidHash, initialConsent: initialConsent)).first?
-                .require("created", as: Int.self) == 1
+            return try await db.groupCommitted(
+                Self.creation(i, fidHash: fidHash, initialConsent: initialConsent), key: i.projectID + "/" + i.fid
+            ).first?
+            .require("created", as: Int.self) == 1
         } catch let error as RegistryError where error.kind == .alreadyExists {
             return false  // retired while this create waited on the deleting transaction
         }

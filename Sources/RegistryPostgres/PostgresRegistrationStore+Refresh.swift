@@ -23,7 +23,7 @@ extension PostgresRegistrationStore {
     /// read after the lock on a fresh snapshot.
     private func refreshInOneRoundTrip(_ r: Registration) async throws -> RegistrationWrite {
         guard
-            let row = try await db.query(
+            let row = try await db.groupCommitted(
                 """
                 SELECT outcome, previous, (reg).* FROM registry_refresh(\(r.projectID), \(r.fid), \(r.token),
                     \(r.platform.rawValue), \(r.apnsToken), \(r.apnsEnvironment?.rawValue), \(r.state.rawValue),
@@ -31,7 +31,7 @@ extension PostgresRegistrationStore {
                     \(RefreshOutcome.maxClientTimeAhead)::float8, \(ConsentService.messaging),
                     \(EventType.registrationCreated.rawValue), \(EventType.registrationRefreshed.rawValue),
                     \(Outbox.platform(r.platform).text))
-                """
+                """, key: r.projectID + "/" + r.fid
             ).first
         else { throw RegistryError(.internal, "registry_refresh returned no row") }
         switch try row.require("outcome") as String {

@@ -10,13 +10,15 @@ public enum PostgresRegistry {
     /// - Parameters:
     ///   - acquireTimeoutMillis: how long a caller waits for a free connection (then `.unavailable`).
     ///   - statementTimeoutMillis: each connection's `statement_timeout`; 0 keeps the server's.
-    public static func pool(conninfo: String, size: Int, acquireTimeoutMillis: Int, statementTimeoutMillis: Int)
-        -> PostgresPool
-    {
+    ///   - groupCommitMax: at most this many concurrent writes committed together (1: each alone).
+    public static func pool(
+        conninfo: String, size: Int, acquireTimeoutMillis: Int, statementTimeoutMillis: Int, groupCommitMax: Int = 64
+    ) -> PostgresPool {
         PostgresPool(
             .init(
                 conninfo: conninfo, maxConnections: size, acquireTimeout: .milliseconds(acquireTimeoutMillis),
-                statementTimeout: statementTimeoutMillis > 0 ? .milliseconds(statementTimeoutMillis) : nil))
+                statementTimeout: statementTimeoutMillis > 0 ? .milliseconds(statementTimeoutMillis) : nil,
+                groupCommitBatch: groupCommitMax))
     }
 
     /// Every store of ``RegistryStores``, sharing `pool`.

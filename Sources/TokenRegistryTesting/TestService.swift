@@ -48,6 +48,7 @@ public struct TestService: Sendable {
         let app = try await Application.build(
             configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: clock,
             logger: logger)
+        app.onStart { pool.loops.attach($0) }
         let service = try await TestService.seed(
             app: app, pool: pool, box: box, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
         do {

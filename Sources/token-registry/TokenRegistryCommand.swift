@@ -123,7 +123,8 @@ struct Database {
         let pool = PostgresRegistry.pool(
             conninfo: conninfo, size: configuration.databasePoolSize,
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
-            statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
+            statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
+            groupCommitMax: configuration.databaseGroupCommitMax)
         let readPool = configuration.databaseReadURL.map {
             PostgresRegistry.pool(
                 conninfo: $0, size: configuration.databasePoolSize,
@@ -138,10 +139,15 @@ struct Database {
             if readPool != nil {
                 logger.info("targeting reads go to the read replica (DATABASE_READ_URL), the primary when it is down")
             }
-            return try await Application.build(
+            let app = try await Application.build(
                 configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box, readPool: readPool),
                 reads: readPool.map { PostgresRegistry.readStores(pool: $0, primary: pool, box: box) }, clock: clock,
                 logger: logger)
+            app.onStart { loops in
+                pool.loops.attach(loops)
+                readPool?.loops.attach(loops)
+            }
+            return app
         } catch {
             pool.close()
             readPool?.close()

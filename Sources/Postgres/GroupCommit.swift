@@ -1,0 +1,110 @@
+import Synchronization
+
+/// Group commit: concurrent single-statement writes gathered into one transaction, one round trip and one WAL flush.
+///
+/// Each event loop has a lane. A write that finds its lane with a batch slot free runs at once (a lone request
+/// never waits for company); otherwise it queues, and when a batch finishes, the next waiting write leads a batch of
+/// everything queued behind it (up to ``maxBatch``). A batch is one pipeline of its statements and a Sync, which
+/// PostgreSQL runs as one implicit transaction: every statement's answer is returned only after its commit, so an
+/// acknowledged write is as durable as one committed alone.
+///
+/// Statements run in the order of their `key` (stable: writes with the same key keep their arrival order), so two
+/// batches lock rows in the same order and cannot deadlock each other. When any statement of a batch fails, the
+/// transaction rolled back all of them: each then runs again alone, and answers its own outcome. A lost connection
+/// fails the whole batch (whether it committed is unknown, as for a single statement).
+final class GroupCommitter: Sendable {
+    struct Waiting: Sendable {
+        let query: PostgresQuery
+        let key: String
+        let continuation: CheckedContinuation<Ticket, Never>
+    }
+
+    enum Ticket: Sendable {
+        case done(Result<PostgresRows, PostgresError>)
+        /// Lead a batch: the caller's own statement with these.
+        case lead([Waiting])
+    }
+
+    private struct Lane {
+        var waiting: [Waiting] = []
+        var batchesRunning = 0
+    }
+
+    /// At most this many statements in one transaction.
+    let maxBatch: Int
+    /// At most this many batches of one lane (one event loop) at once.
+    let batchesPerLane: Int
+    private let lanes = Mutex<[ObjectIdentifier?: Lane]>([:])
+
+    init(maxBatch: Int, batchesPerLane: Int) {
+        self.maxBatch = max(1, maxBatch)
+        self.batchesPerLane = max(1, batchesPerLane)
+    }
+
+    func run(_ query: PostgresQuery, key: String, on pool: PostgresPool) async throws -> PostgresRows {
+        let lane = pool.loops.current.map { ObjectIdentifier($0) }
+        let ticket = await withCheckedContinuation { (continuation: CheckedContinuation<Ticket, Never>) in
+            let leads = lanes.withLock { lanes -> Bool in
+                if lanes[lane, default: Lane()].batchesRunning < batchesPerLane {
+                    lanes[lane, default: Lane()].batchesRunning += 1
+                    return true
+                }
+                lanes[lane, default: Lane()].waiting.append(Waiting(query: query, key: key, continuation: continuation))
+                return false
+            }
+            if leads { continuation.resume(returning: .lead([])) }
+        }
+        switch ticket {
+        case let .done(outcome):
+            return try outcome.get()
+        case let .lead(others):
+            return try await lead(query, key: key, with: others, lane: lane, pool: pool).get()
+        }
+    }
+
+    /// Runs the caller's statement with `others` as one batch, answers the others, and hands the lane's next batch
+    /// to the first write waiting (or frees the slot).
+    private func lead(
+        _ query: PostgresQuery, key: String, with others: [Waiting], lane: ObjectIdentifier?, pool: PostgresPool
+    ) async -> Result<PostgresRows, PostgresError> {
+        // Index 0 is the leader's own statement.
+        var order = Array(0...others.count)
+        let keys = [key] + others.map(\.key)
+        order.sort { keys[$0] < keys[$1] || (keys[$0] == keys[$1] && $0 < $1) }
+        let queries = [query] + others.map(\.query)
+        var outcomes: [Result<PostgresRows, PostgresError>]
+        do {
+            outcomes = try await pool.withConnection { connection in
+                let ordered = order.map { queries[$0] }
+                var results = try await connection.pipeline(ordered)
+                if results.count > 1, results.contains(where: { if case .failure = $0 { true } else { false } }) {
+                    // The transaction rolled back every statement: each runs again alone, for its own answer.
+                    results = []
+                    for statement in ordered { results.append(try await connection.pipeline([statement])[0]) }
+                }
+                var byArrival = results
+                for (position, index) in order.enumerated() { byArrival[index] = results[position] }
+                return byArrival
+            }
+        } catch {
+            let failure = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+            outcomes = Array(repeating: .failure(failure), count: queries.count)
+        }
+        for (waiting, outcome) in zip(others, outcomes.dropFirst()) {
+            waiting.continuation.resume(returning: .done(outcome))
+        }
+        let next = lanes.withLock { lanes -> [Waiting] in
+            guard var state = lanes[lane] else { return [] }
+            defer { lanes[lane] = state }
+            if state.waiting.isEmpty {
+                state.batchesRunning -= 1
+                return []
+            }
+            let taken = Array(state.waiting.prefix(maxBatch))
+            state.waiting.removeFirst(taken.count)
+            return taken
+        }
+        if let first = next.first { first.continuation.resume(returning: .lead(Array(next.dropFirst()))) }
+        return outcomes[0]
+    }
+}

@@ -1,0 +1,186 @@
+import CLibPQ
+import Glibc
+
+/// The non-blocking protocol work: sending, flushing, waiting on the socket and reading results in order.
+extension PostgresConnection {
+    /// What one sent command was: a statement's `Parse` (its SQL, to forget it if it fails) or its execution.
+    private enum Step {
+        case prepare(sql: String)
+        case execute(index: Int)
+    }
+
+    /// The outcome of a statement that did not run because an earlier one in its pipeline failed.
+    static let notRun = PostgresError(
+        .server, sqlState: "25P02", message: "not run: an earlier statement of the same pipeline failed")
+
+    func runPipeline(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
+        guard PQenterPipelineMode(connection) == 1 else { throw lost() }
+        var steps: [Step] = []
+        steps.reserveCapacity(queries.count + 1)
+        for (index, query) in queries.enumerated() {
+            let name: String
+            if let existing = prepared[query.sql] {
+                name = existing
+            } else {
+                statementCount += 1
+                name = "s\(statementCount)"
+                guard PQsendPrepare(connection, name, query.sql, Int32(query.binds.count), nil) == 1 else {
+                    throw lost()
+                }
+                prepared[query.sql] = name
+                steps.append(.prepare(sql: query.sql))
+            }
+            let sent = withCStrings(query.binds) { pointers in
+                PQsendQueryPrepared(connection, name, Int32(pointers.count), pointers, nil, nil, 0)
+            }
+            guard sent == 1 else { throw lost() }
+            steps.append(.execute(index: index))
+        }
+        guard PQpipelineSync(connection) == 1 else { throw lost() }
+        try await flush()
+
+        var outcomes = [Result<PostgresRows, PostgresError>](repeating: .failure(Self.notRun), count: queries.count)
+        var failedPrepare: PostgresError?
+        for step in steps {
+            var outcome: Result<PostgresRows, PostgresError>?
+            while let result = try await nextResult() {
+                defer { PQclear(result) }
+                switch PQresultStatus(result) {
+                case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+                    if outcome == nil, case .execute = step { outcome = .success(rows(of: result)) }
+                case PGRES_PIPELINE_ABORTED:
+                    if outcome == nil { outcome = .failure(failedPrepare ?? Self.notRun) }
+                case PGRES_PIPELINE_SYNC:
+                    // A sync before every command answered: the stream is out of step with what was sent.
+                    retire()
+                    throw PostgresError(.connectionFailed, message: "the pipeline ended early")
+                default:
+                    outcome = .failure(serverError(result))
+                }
+            }
+            switch step {
+            case let .prepare(sql):
+                if case let .failure(error) = outcome {
+                    prepared[sql] = nil
+                    failedPrepare = error
+                }
+            case let .execute(index):
+                outcomes[index] = outcome ?? .failure(Self.notRun)
+                failedPrepare = nil
+            }
+        }
+        guard let sync = try await nextResult() else { throw lost() }
+        let synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC
+        PQclear(sync)
+        guard synced, PQexitPipelineMode(connection) == 1 else { throw lost() }
+        updateStatus()
+        return outcomes
+    }
+
+    /// Sends SQL text by the simple protocol (several statements allowed, no parameters) and reads every result.
+    func runSimple(_ sql: String) async throws {
+        guard PQsendQuery(connection, sql) == 1 else { throw lost() }
+        try await flush()
+        var firstError: PostgresError?
+        while let result = try await nextResult() {
+            defer { PQclear(result) }
+            switch PQresultStatus(result) {
+            case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY: break
+            default: if firstError == nil { firstError = serverError(result) }
+            }
+        }
+        updateStatus()
+        if let firstError { throw firstError }
+    }
+
+    // MARK: - Socket
+
+    /// Writes libpq's output buffer out, reading meanwhile so a server that answers early cannot deadlock it.
+    private func flush() async throws {
+        while true {
+            let pending = PQflush(connection)
+            if pending == 0 { return }
+            if pending < 0 { throw lost() }
+            await wait(writable: true)
+            guard PQconsumeInput(connection) == 1 else { throw lost() }
+        }
+    }
+
+    /// The next result, waiting for the socket while it would block; nil ends a command's results.
+    private func nextResult() async throws -> OpaquePointer? {
+        while PQisBusy(connection) == 1 {
+            await wait(writable: false)
+            guard PQconsumeInput(connection) == 1 else { throw lost() }
+        }
+        return PQgetResult(connection)
+    }
+
+    private func wait(writable: Bool) async {
+        switch driver {
+        case let .loop(loop):
+            let fd = socket
+            await withCheckedContinuation { continuation in
+                loop.whenReady(fd, writable: writable) { continuation.resume() }
+            }
+        case .thread:
+            // The connection's own serial queue: blocking here holds up nobody else.
+            var descriptor = pollfd(
+                fd: socket, events: Int16(POLLIN) | (writable ? Int16(POLLOUT) : 0), revents: 0)
+            while poll(&descriptor, 1, -1) < 0 && errno == EINTR {}
+        }
+    }
+
+    // MARK: - Errors and rows
+
+    /// The connection broke (or libpq refused to send): it is retired, and the error says why.
+    private func lost() -> PostgresError {
+        retire()
+        let message = String(cString: PQerrorMessage(connection)).trimmingTrailingNewlines()
+        return PostgresError(.connectionFailed, message: message.isEmpty ? "the connection was lost" : message)
+    }
+
+    /// A failed result as an error. The server sends a SQLSTATE with every error; one without is libpq's own (the
+    /// connection broke, e.g. "server closed the connection unexpectedly", whatever `PQstatus` says yet).
+    private func serverError(_ result: OpaquePointer) -> PostgresError {
+        let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+        let message = String(cString: PQresultErrorMessage(result)).trimmingTrailingNewlines()
+        if PQstatus(connection) != CONNECTION_OK || sqlState == nil {
+            retire()
+            return PostgresError(.connectionFailed, sqlState: sqlState, message: message)
+        }
+        // The server stopped taking writes (demoted by a failover): never reuse this connection.
+        if sqlState == PostgresError.readOnlySQLTransaction { retire() }
+        return PostgresError(.server, sqlState: sqlState, message: message)
+    }
+
+    private func rows(of result: OpaquePointer) -> PostgresRows {
+        let columnCount = Int(PQnfields(result))
+        let rowCount = Int(PQntuples(result))
+        var columns: [String] = []
+        columns.reserveCapacity(columnCount)
+        for c in 0..<columnCount { columns.append(String(cString: PQfname(result, Int32(c)))) }
+        var values: [[String?]] = []
+        values.reserveCapacity(rowCount)
+        for r in 0..<rowCount {
+            var row: [String?] = []
+            row.reserveCapacity(columnCount)
+            for c in 0..<columnCount {
+                if PQgetisnull(result, Int32(r), Int32(c)) == 1 {
+                    row.append(nil)
+                } else {
+                    row.append(String(cString: PQgetvalue(result, Int32(r), Int32(c))))
+                }
+            }
+            values.append(row)
+        }
+        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
+        return PostgresRows(columns: columns, values: values, affectedRows: affected)
+    }
+}
+
+/// Calls `body` with C string pointers for `strings` (nil for NULL), valid for the duration of the call.
+private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+    let storage: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } ?? nil }
+    defer { for p in storage { free(p) } }
+    return body(storage.map { $0.map { UnsafePointer($0) } })
+}

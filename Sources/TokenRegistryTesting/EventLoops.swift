@@ -1,0 +1,5 @@
+import HTTP
+import Postgres
+
+/// As in the service's composition root: test services put their database connections on their HTTP event loops.
+extension EventLoop: PostgresEventLoop {}
