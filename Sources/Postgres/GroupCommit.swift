@@ -36,6 +36,9 @@ final class GroupCommitter: Sendable {
     let batchesPerLane: Int
     private let lanes = Mutex<[ObjectIdentifier?: Lane]>([:])
 
+    /// Writes waiting for a batch, in every lane.
+    var queued: Int { lanes.withLock { $0.values.reduce(0) { $0 + $1.waiting.count } } }
+
     init(maxBatch: Int, batchesPerLane: Int) {
         self.maxBatch = max(1, maxBatch)
         self.batchesPerLane = max(1, batchesPerLane)

@@ -44,6 +44,10 @@ public final class PostgresPool: Sendable {
         public let inUse: Int
         public let idle: Int
         public let waiting: Int
+        /// Idle connections placed on an event loop (the rest have threads of their own).
+        public let idleOnLoops: Int
+        /// Writes queued for a group commit behind the transactions running.
+        public let queuedWrites: Int
     }
 
     /// What a waiter is handed: a connection, or a reserved slot to open one in.
@@ -93,7 +97,12 @@ public final class PostgresPool: Sendable {
     }
 
     public var statistics: Statistics {
-        state.withLock { Statistics(inUse: $0.machine.inUse, idle: $0.machine.idleCount, waiting: $0.machine.waiting) }
+        let queued = committer.queued
+        return state.withLock {
+            Statistics(
+                inUse: $0.machine.inUse, idle: $0.machine.idleCount, waiting: $0.machine.waiting,
+                idleOnLoops: $0.machine.idle.count { $0.loop != nil }, queuedWrites: queued)
+        }
     }
 
     /// Runs `body` with a connection taken from the pool and returned afterwards.

@@ -25,6 +25,21 @@ struct OpsTests {
         }
     }
 
+    /// Handlers' statements run on connections placed on the HTTP event loops (no thread per connection, no hop
+    /// per query); connections the service opened before its loops started are replaced as they come back.
+    @Test func requestsRunOnConnectionsOfTheEventLoops() async throws {
+        try await TestService.with { s in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<16 { group.addTask { _ = try await s.createInstallation() } }
+                try await group.waitForAll()
+            }
+            let statistics = s.pool.statistics
+            #expect(statistics.inUse == 0)
+            #expect(statistics.idle > 0)
+            #expect(statistics.idleOnLoops == statistics.idle)
+        }
+    }
+
     @Test func unknownRoutesAndMethodsAnswerGoogleStyleJSON() async throws {
         try await TestService.with { s in
             let missing = try await s.request("GET", "/nope")

@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+import TokenRegistryTesting
+
+@testable import Postgres
+
+/// Pipeline mode and group commit against a live PostgreSQL.
+@Suite("Pipelines and group commit", .enabled(if: TestDatabase.isAvailable))
+struct PipelineTests {
+    func withDatabase(_ body: (String) async throws -> Void) async throws {
+        let url = try await TestDatabase.create()
+        do { try await body(url) } catch {
+            await TestDatabase.drop(url)
+            throw error
+        }
+        await TestDatabase.drop(url)
+    }
+
+    /// A pipeline outside a transaction is one implicit transaction: a failure rolls back what ran before it, skips
+    /// what follows, and leaves the connection idle and usable.
+    @Test func aFailingStatementRollsBackItsPipeline() async throws {
+        try await withDatabase { url in
+            let connection = try await PostgresConnection.connect(url)
+            try await connection.execute("CREATE TABLE p (v int)")
+            let outcomes = try await connection.pipeline([
+                "INSERT INTO p VALUES (1)", "SELECT 1 / \(0) AS x", "INSERT INTO p VALUES (2)",
+            ])
+            #expect(outcomes.count == 3)
+            if case .failure = outcomes[0] { Issue.record("the first statement ran, then rolled back") }
+            #expect(outcomes[1].error?.sqlState == "22012")
+            #expect(outcomes[2].error?.sqlState == PostgresConnection.notRun.sqlState)
+            #expect(!connection.isInTransaction && connection.isHealthy)
+            let count = try await connection.query("SELECT count(*) AS n FROM p").first?.require("n", as: Int.self)
+            #expect(count == 0)
+            let all = try await connection.pipeline(["INSERT INTO p VALUES (3)", "INSERT INTO p VALUES (4)"])
+            #expect(all.allSatisfy { $0.error == nil })
+            #expect(try await connection.query("SELECT count(*) AS n FROM p").first?.require("n", as: Int.self) == 2)
+        }
+    }
+
+    /// A statement whose `Parse` fails answers the parse error, is not remembered as prepared, and a corrected
+    /// retry in the same session works.
+    @Test func aStatementThatDoesNotPrepareIsNotCached() async throws {
+        try await withDatabase { url in
+            let connection = try await PostgresConnection.connect(url)
+            for _ in 0..<2 {
+                let outcomes = try await connection.pipeline(["SELECT * FROM later", "SELECT 1 AS one"])
+                #expect(outcomes[0].error?.sqlState == "42P01")
+                #expect(outcomes[1].error != nil)
+            }
+            try await connection.execute("CREATE TABLE later (v int); INSERT INTO later VALUES (7)")
+            let rows = try await connection.query("SELECT * FROM later")
+            #expect(try rows.first?.require("v", as: Int.self) == 7)
+        }
+    }
+
+    /// Inside `BEGIN` a pipeline runs in the transaction: nothing is committed until `COMMIT`.
+    @Test func aPipelineInsideATransactionCommitsWithIt() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 2))
+            try await pool.query("CREATE TABLE p (v int)")
+            try await pool.withTransaction { c in
+                _ = try await c.pipeline(["INSERT INTO p VALUES (1)", "INSERT INTO p VALUES (2)"])
+                #expect(c.isInTransaction)
+                let outside = try await pool.query("SELECT count(*) AS n FROM p").first?.require("n", as: Int.self)
+                #expect(outside == 0)
+            }
+            #expect(try await pool.query("SELECT count(*) AS n FROM p").first?.require("n", as: Int.self) == 2)
+        }
+    }
+
+    /// Forced interleaving: another session locks the table, so the first writes block in the database and the
+    /// rest queue in the pool. Released, the queued writes commit together (fewer transactions than writes), each
+    /// answered only once stored; with a bad write among them, it fails alone and every other write is stored.
+    @Test func queuedWritesCommitTogetherAndABadOneFailsAlone() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4))
+            try await pool.query("CREATE TABLE g (k text PRIMARY KEY CHECK (k <> 'bad'), xid bigint)")
+            let second = try await SecondSession(conninfo: url)
+            for round in ["a", "b"] {
+                let keys = (0..<20).map { "\(round)\($0)" } + (round == "b" ? ["bad"] : [])
+                try await second.execute("BEGIN; LOCK TABLE g IN EXCLUSIVE MODE")
+                let writes = Task {
+                    await withTaskGroup(of: (String, PostgresError?).self) { group in
+                        for key in keys {
+                            group.addTask {
+                                do {
+                                    try await pool.groupCommitted(
+                                        "INSERT INTO g VALUES (\(key), txid_current())", key: key)
+                                    return (key, nil)
+                                } catch {
+                                    return (key, error as? PostgresError)
+                                }
+                            }
+                        }
+                        var outcomes: [String: PostgresError?] = [:]
+                        for await (key, error) in group { outcomes[key] = error }
+                        return outcomes
+                    }
+                }
+                // Two transactions (the lane's limit) wait on the lock; every other write queues behind them.
+                try await second.waitUntilBlocked(2)
+                let deadline = ContinuousClock.now + .seconds(10)
+                while pool.statistics.queuedWrites < keys.count - 2, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                #expect(pool.statistics.queuedWrites == keys.count - 2)
+                try await second.execute("COMMIT")
+                let outcomes = await writes.value
+                for key in keys where key != "bad" { #expect(outcomes[key]! == nil, "write \(key) failed") }
+                if round == "b" { #expect(outcomes["bad"]!?.sqlState == "23514") }
+                let stored = try await pool.query(
+                    "SELECT count(*) AS n, count(DISTINCT xid) AS transactions FROM g WHERE k LIKE \(round + "%")"
+                ).first
+                #expect(try stored?.require("n", as: Int.self) == 20)
+                let transactions = try #require(try stored?.require("transactions", as: Int.self))
+                // Round a: the two that waited on the lock, then the 18 queued in one transaction. Round b: the bad
+                // write rolled its batch back, and those writes committed one by one.
+                if round == "a" { #expect(transactions == 3) } else { #expect(transactions >= 3) }
+            }
+        }
+    }
+}
+
+extension Result {
+    var error: Failure? {
+        if case let .failure(error) = self { return error }
+        return nil
+    }
+}
