@@ -74,6 +74,27 @@ struct DomainServiceTests {
         }
     }
 
+    /// A burst of deletions is fanned out in one jobs run, batch after batch, not 50 notices per jobs interval.
+    @Test(arguments: StoreKind.available)
+    func oneJobsRunDeliversABurstOfNotices(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            _ = try await f.services.deletions.addLinkedService(
+                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            var fids: [String] = []
+            for _ in 0..<130 {
+                let i = try await f.installation()
+                #expect(try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .server))
+                fids.append(i.fid)
+            }
+            let report = try await f.services.jobs.run()
+            #expect(report.processed["deliver"] == 130)
+            #expect(f.transport.sent.count == 130)
+            for fid in fids {
+                #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: fid)?.state == .done)
+            }
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func deletionStatesFollowDeliveriesAndTheDeadline(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in

@@ -27,6 +27,20 @@ public struct DeliveryJob: Sendable {
         return claimed.count
     }
 
+    /// Delivers due notices batch after batch until none is left or `budget` has passed, so a burst of deletions
+    /// is fanned out within the run instead of `batch` notices per jobs interval.
+    ///
+    /// - Returns: how many were attempted.
+    public func drain(batch: Int = 50, budget: Duration = .seconds(5)) async throws -> Int {
+        let started = ContinuousClock.now
+        var attempted = 0
+        while true {
+            let claimed = try await run(batch: batch)
+            attempted += claimed
+            if claimed < batch || ContinuousClock.now - started >= budget || Task.isCancelled { return attempted }
+        }
+    }
+
     /// The notice's body, the same on every attempt (its `deliveryId` lets the service deduplicate).
     public static func body(_ item: ClaimedDelivery) -> [UInt8] {
         let body: JSONValue = [

@@ -53,7 +53,7 @@ public struct Jobs: Sendable {
         report.processed["expire-registrations"] = try await timed("expire-registrations") {
             try await registrationExpiry.run()
         }
-        report.processed["deliver"] = try await timed("deliver") { try await delivery.run() }
+        report.processed["deliver"] = try await timed("deliver") { try await delivery.drain() }
         if destructive {
             report.processed["purge"] = try await timed("purge") { try await purge.run() }
         } else {
