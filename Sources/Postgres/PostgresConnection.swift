@@ -25,6 +25,8 @@ public actor PostgresConnection {
     var prepared: [String: String] = [:]
     /// Names statements: never reused, even for one whose `Parse` failed.
     var statementCount = 0
+    /// Set by ``begin()``: `BEGIN` travels with the next statement instead of costing a round trip of its own.
+    private var beginPending = false
     /// One operation at a time: later callers wait their turn here (the actor is re-entered at every await).
     private var busy = false
     private var turnWaiters: [CheckedContinuation<Void, Never>] = []
@@ -135,14 +137,44 @@ public actor PostgresConnection {
     public func pipeline(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
         await takeTurn()
         defer { giveTurn() }
-        return try await runPipeline(queries)
+        guard beginPending else { return try await runPipeline(queries) }
+        beginPending = false
+        let outcomes = try await runPipeline(["BEGIN"] + queries)
+        if case let .failure(error) = outcomes[0] { return queries.map { _ in .failure(error) } }
+        return Array(outcomes.dropFirst())
     }
 
     /// Runs one or more statements without parameters (migrations, `BEGIN`, `COMMIT`).
     public func execute(_ sql: String) async throws {
         await takeTurn()
         defer { giveTurn() }
-        try await runSimple(sql)
+        if beginPending {
+            beginPending = false
+            try await runSimple("BEGIN; " + sql)
+        } else {
+            try await runSimple(sql)
+        }
+    }
+
+    /// Opens a transaction: `BEGIN` is sent with the transaction's first statement, in the same round trip.
+    public func begin() { beginPending = true }
+
+    /// Commits the transaction ``begin()`` opened (nothing to send when no statement ran in it).
+    public func commit() async throws {
+        if beginPending {
+            beginPending = false
+        } else {
+            try await execute("COMMIT")
+        }
+    }
+
+    /// Rolls the transaction ``begin()`` opened back.
+    public func rollback() async throws {
+        if beginPending {
+            beginPending = false
+        } else {
+            try await execute("ROLLBACK")
+        }
     }
 
     private func takeTurn() async {

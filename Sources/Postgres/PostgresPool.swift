@@ -123,13 +123,13 @@ public final class PostgresPool: Sendable {
     @discardableResult
     public func withTransaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         try await withConnection { connection in
-            try await connection.execute("BEGIN")
+            await connection.begin()
             do {
                 let value = try await body(connection)
-                try await connection.execute("COMMIT")
+                try await connection.commit()
                 return value
             } catch {
-                try? await connection.execute("ROLLBACK")
+                try? await connection.rollback()
                 throw error
             }
         }

@@ -73,6 +73,11 @@ public final class TokenIssuer: Sendable {
     private let store: any SigningKeyStore
     private let clock: any Clock
     private let ring = Mutex(Ring())
+    /// Tokens whose signature was verified, with their claims and the key that signed them. The SDKs present the
+    /// same token for hours, and an ES256 verification was a fifth of a consent change's CPU; a hit is checked for
+    /// expiry and for its key still being in the ring, so a retired key's tokens stop at once.
+    private let verified = Mutex<[String: (claims: AuthClaims, kid: String)]>([:])
+    static let verifiedLimit = 10_000
 
     public init(store: any SigningKeyStore, clock: any Clock) {
         self.store = store
@@ -156,6 +161,10 @@ public final class TokenIssuer: Sendable {
             let kid = header["kid"]?.stringValue
         else { throw invalid }
         var current = try await currentRing()
+        if let hit = verified.withLock({ $0[token] }), current.keys[hit.kid] != nil {
+            guard hit.claims.expires > clock.now() else { throw invalid }
+            return hit.claims
+        }
         if current.keys[kid] == nil, current.isOlder(than: .seconds(5)) {
             try await reload()
             current = ring.withLock { $0 }
@@ -171,7 +180,13 @@ public final class TokenIssuer: Sendable {
         else { throw invalid }
         let expires = Date(timeIntervalSince1970: TimeInterval(exp))
         guard expires > clock.now() else { throw invalid }
-        return AuthClaims(appID: appID, fid: fid, projectNumber: number, expires: expires)
+        let verifiedClaims = AuthClaims(appID: appID, fid: fid, projectNumber: number, expires: expires)
+        verified.withLock { cache in
+            // Bounded: when full, start again (the tokens in use come back at their next request).
+            if cache.count >= Self.verifiedLimit { cache.removeAll(keepingCapacity: true) }
+            cache[token] = (verifiedClaims, kid)
+        }
+        return verifiedClaims
     }
 
     /// The public keys as a JWK Set document.

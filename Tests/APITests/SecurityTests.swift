@@ -249,12 +249,31 @@ struct SecretsAtRestTests {
         }
     }
 
+    /// A token verified once is remembered, but never past its expiry.
+    @Test func aRememberedTokenStillExpires() async throws {
+        let clock = ManualClock(Date())
+        try await TestService.with(clock: clock) { s in
+            let i = try await s.createInstallation()
+            let consent = "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent"
+            let auth = ["x-goog-firebase-installations-auth": i.authToken]
+            #expect(try await s.request("GET", consent, headers: auth).status == 200)
+            clock.advance(by: TimeInterval(TokenIssuer.lifetime) - 60)
+            #expect(try await s.request("GET", consent, headers: auth).status == 200)
+            clock.advance(by: 120)
+            #expect(try await s.request("GET", consent, headers: auth).status == 401)
+        }
+    }
+
     @Test func aRetiredSigningKeyStopsVerifying() async throws {
         try await TestService.with { s in
             let i = try await s.createInstallation()
             let consent = "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent"
             let oldKid = try #require(
                 JWS.parse(i.authToken).flatMap { try? JSONParser.parse($0.header) }?["kid"]?.stringValue)
+            // Used once first: the token's verification is remembered, and retiring its key must end that too.
+            #expect(
+                try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": i.authToken]).status
+                    == 200)
             _ = try await s.app.tokens.rotate()
             #expect(try await s.app.tokens.retire(kid: oldKid))
             #expect(
