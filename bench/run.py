@@ -219,10 +219,11 @@ def level(c, f):
                    {"SERVER_KEY": f["server"], "BODY_FILE": f"{WORK}/batch.json"}), None))
     # Deletions: a fresh set of installations per level, each deleted once, then the wait for every notice.
     psql(f"""INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, created_at, last_seen_at)
-             SELECT '{PROJECT}', 'd{c}x' || lpad(n::text, 18, '0'), '{f['android']}', '\\x00', now(), now()
+             SELECT '{PROJECT}', 'd{c:03d}' || lpad(n::text, 18, '0'), '{f['android']}', '\\x00', now(), now()
              FROM generate_series(1, 40000) AS n""")
     open(f"{WORK}/deletions.txt", "w").write(
-        "".join(f"d{c}x{n:018d} -\n" for n in range(1, 40001)))
+        # FIDs are 22 characters: "d", the level in three digits, then eighteen.
+        "".join(f"d{c:03d}{n:018d} -\n" for n in range(1, 40001)))
     started = Receiver.received
     row = w("delete installation", c, url, f"{BENCH}/wrk/with_installations.lua",
             {**env, "WORKLOAD": "delete", "INSTALLATIONS": f"{WORK}/deletions.txt"})

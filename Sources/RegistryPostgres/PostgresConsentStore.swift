@@ -1,4 +1,5 @@
 import Foundation
+import JSON
 import Postgres
 import Registry
 
@@ -9,48 +10,27 @@ struct PostgresConsentStore: ConsentStore {
     func record(projectID: String, fid: String, change: ConsentChange, at: Date) async throws -> (
         ConsentState, Bool?
     )? {
-        try await db.transaction { c in
-            // Lock the installation row so concurrent decisions (and registrations) for one installation are ordered.
-            let exists = try await c.query(
-                "SELECT 1 FROM installations WHERE project_id = \(projectID) AND fid = \(fid) FOR UPDATE")
-            guard !exists.isEmpty else { return nil }
-            let previous = try await c.query(
-                "SELECT granted FROM consents WHERE project_id = \(projectID) AND fid = \(fid) AND purpose = \(change.purpose)"
-            ).first.map { try $0.require("granted", as: Bool.self) }
-            try await c.query(
+        // One statement (`registry_consent`, migration 12): the installation's lock, the previous decision read after
+        // it, the decision, its ledger entry and feed event, and on a withdrawal of messaging consent the
+        // registrations disabled. Committed with concurrent writes of the same loop (group commit), in the
+        // installation's order.
+        let payload: JSONValue = ["purpose": .string(change.purpose), "autoInitEnabled": .bool(change.granted)]
+        guard
+            let row = try await db.groupCommitted(
                 """
-                INSERT INTO consents (project_id, fid, purpose, granted, policy_version, source, actor, updated_at)
-                VALUES (\(projectID), \(fid), \(change.purpose), \(change.granted), \(change.policyVersion), \(change.source),
-                        \(change.actor.rawValue), \(at))
-                ON CONFLICT (project_id, fid, purpose) DO UPDATE SET granted = excluded.granted,
-                    policy_version = excluded.policy_version, source = excluded.source, actor = excluded.actor,
-                    updated_at = excluded.updated_at
-                """)
-            try await c.query(
-                """
-                INSERT INTO consent_events (project_id, fid, purpose, granted, previous, actor, source, policy_version, recorded_at)
-                VALUES (\(projectID), \(fid), \(change.purpose), \(change.granted), \(previous), \(change.actor.rawValue),
-                        \(change.source), \(change.policyVersion), \(at))
-                """)
-            try await Outbox.append(
-                .consentChanged, projectID: projectID, fid: fid,
-                payload: ["purpose": .string(change.purpose), "autoInitEnabled": .bool(change.granted)], on: c)
-            if change.purpose == ConsentService.messaging && !change.granted {
-                // Withdrawal disables the installation's registrations at once; only a new registration revives them.
-                let disabled = try await c.query(
-                    """
-                    UPDATE registrations SET state = \(RegistrationState.disabled.rawValue)
-                    WHERE project_id = \(projectID) AND fid = \(fid) AND state = \(RegistrationState.active.rawValue)
-                    """)
-                if disabled.affectedRows > 0 {
-                    try await Outbox.append(.registrationDisabled, projectID: projectID, fid: fid, on: c)
-                }
-            }
-            let state = ConsentState(
-                purpose: change.purpose, granted: change.granted, policyVersion: change.policyVersion,
-                source: change.source, actor: change.actor, updatedAt: at)
-            return (state, previous)
-        }
+                SELECT installed, prior FROM registry_consent(\(projectID), \(fid), \(change.purpose), \(change.granted),
+                    \(change.policyVersion), \(change.source), \(change.actor.rawValue), \(at)::timestamptz,
+                    \(ConsentService.messaging), \(RegistrationState.active.rawValue),
+                    \(RegistrationState.disabled.rawValue), \(EventType.consentChanged.rawValue), \(payload.text),
+                    \(EventType.registrationDisabled.rawValue))
+                """, key: projectID + "/" + fid
+            ).first
+        else { throw RegistryError(.internal, "registry_consent returned no row") }
+        guard try row.require("installed", as: Bool.self) else { return nil }
+        let state = ConsentState(
+            purpose: change.purpose, granted: change.granted, policyVersion: change.policyVersion,
+            source: change.source, actor: change.actor, updatedAt: at)
+        return (state, try row.decode("prior", as: Bool.self))
     }
 
     func current(projectID: String, fid: String) async throws -> [ConsentState] {

@@ -8,30 +8,29 @@ struct PostgresRegistrationStore: RegistrationStore {
 
     /// Locks the installation first, then (in a statement whose snapshot is taken after the lock, so a consent
     /// withdrawal committed meanwhile is seen) checks consent and upserts.
+    /// One statement (`registry_register`, migration 13): the installation's lock, then consent and the stored
+    /// registration read after it, the upsert (an existing registration keeps its token and creation time) and the
+    /// feed event. Committed with concurrent writes of the same loop (group commit), in the installation's order.
     func register(_ r: Registration) async throws -> RegistrationWrite {
-        try await db.transaction { c in
-            guard try await Self.lockInstallation(projectID: r.projectID, fid: r.fid, on: c) else {
-                return .installationNotFound
-            }
-            guard try await Self.messagingConsent(projectID: r.projectID, fid: r.fid, on: c) else { return .consentOff }
-            let existed =
-                !(try await c.query(
-                    "SELECT 1 FROM registrations WHERE project_id = \(r.projectID) AND fid = \(r.fid)"
-                ).isEmpty)
-            guard let row = try await c.query(Self.upsert(r, keepToken: true)).first else {
-                throw RegistryError(.internal, "the registration upsert returned no row")
-            }
-            try await Outbox.append(
-                existed ? .registrationRefreshed : .registrationCreated, projectID: r.projectID, fid: r.fid,
-                payload: Outbox.platform(r.platform), on: c)
-            return .stored(try Self.decode(row), existed ? .refreshed : .created)
+        guard
+            let row = try await db.groupCommitted(
+                """
+                SELECT outcome, existed, (reg).* FROM registry_register(\(r.projectID), \(r.fid), \(r.token),
+                    \(r.platform.rawValue), \(r.apnsToken), \(r.apnsEnvironment?.rawValue), \(r.bundleID), \(r.appVersion),
+                    \(r.sdkVersion), \(r.web?.endpoint), \(r.web?.auth), \(r.web?.p256dh), \(r.web?.applicationPubKey),
+                    \(r.web?.origin), \(r.state.rawValue), \(r.clientTime)::timestamptz, \(r.createdAt)::timestamptz,
+                    \(r.refreshedAt)::timestamptz, \(ConsentService.messaging), \(EventType.registrationCreated.rawValue),
+                    \(EventType.registrationRefreshed.rawValue), \(Outbox.platform(r.platform).text))
+                """, key: r.projectID + "/" + r.fid
+            ).first
+        else { throw RegistryError(.internal, "registry_register returned no row") }
+        switch try row.require("outcome") as String {
+        case "not_found": return .installationNotFound
+        case "consent_off": return .consentOff
+        case "written":
+            return .stored(try Self.decode(row), try row.require("existed", as: Bool.self) ? .refreshed : .created)
+        case let other: throw RegistryError(.internal, "registry_register answered \(other.prefix(32))")
         }
-    }
-
-    static func lockInstallation(projectID: String, fid: String, on c: PostgresConnection) async throws -> Bool {
-        !(try await c.query(
-            "SELECT 1 FROM installations WHERE project_id = \(projectID) AND fid = \(fid) FOR UPDATE"
-        ).isEmpty)
     }
 
     static func messagingConsent(projectID: String, fid: String, on c: PostgresConnection) async throws -> Bool {

@@ -14,6 +14,8 @@ public enum Schema {
         migration(9, "linked_service_security", PackageResources.m009_linked_service_security_sql),
         migration(10, "keys_that_end", PackageResources.m010_keys_that_end_sql),
         migration(11, "refresh_function", PackageResources.m011_refresh_function_sql),
+        migration(12, "consent_function", PackageResources.m012_consent_function_sql),
+        migration(13, "register_function", PackageResources.m013_register_function_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {
