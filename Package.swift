@@ -42,7 +42,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         // The CLI and the composition root: the only module that knows both the API and PostgreSQL.
         .executableTarget(
-            name: "token-registry", dependencies: ["API", "HTTP", "Registry", "RegistryPostgres", "Postgres", "JSON", "Crypto"],
+            name: "token-registry", dependencies: ["API", "HTTP", "CLinuxShims", "Registry", "RegistryPostgres", "Postgres", "JSON", "Crypto"],
             swiftSettings: swiftSettings),
         // Test support: live services on port 0, throwaway databases, in-memory stores, a raw HTTP client.
         .target(

@@ -1,4 +1,5 @@
 import API
+import CLinuxShims
 import Dispatch
 import Foundation
 import Registry
@@ -12,6 +13,11 @@ enum Serve {
         }
         try arguments.allow([])
         let configuration = try Configuration.fromEnvironment()
+        // Responses of a topic page are megabytes, made and freed once per page. By default glibc serves such blocks
+        // with mmap, or trims the heap after them, and every page then faults its memory in again (a fifth of the
+        // stream's CPU in a profile). Keep freed memory for reuse instead: the process stays at its high-water mark.
+        _ = mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+        _ = mallopt(M_TRIM_THRESHOLD, 256 * 1024 * 1024)
         // Request lines are gathered and written every 64 KiB or second (LogBuffer); shutdown writes the rest.
         let logger = Logger.buffered(level: configuration.logLevel)
         defer { logger.close() }

@@ -15,7 +15,7 @@ struct ImportRulesTests {
         "Registry": ["Crypto", "JSON"],
         "RegistryPostgres": ["Registry", "Postgres", "Crypto", "JSON"],
         "API": ["HTTP", "Registry", "JSON", "Crypto"],
-        "token-registry": ["API", "HTTP", "Registry", "RegistryPostgres", "Postgres", "JSON", "Crypto"],
+        "token-registry": ["API", "HTTP", "CLinuxShims", "Registry", "RegistryPostgres", "Postgres", "JSON", "Crypto"],
         "TokenRegistryTesting": ["API", "HTTP", "JSON", "Postgres", "Registry", "RegistryPostgres", "Crypto"],
     ]
 
