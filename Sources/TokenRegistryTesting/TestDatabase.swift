@@ -26,6 +26,16 @@ public enum TestDatabase {
         return replacingDatabase(in: admin, with: name)
     }
 
+    /// Runs `body` with the connection string of a fresh database, dropped afterwards whether `body` throws or not.
+    public static func with(_ body: (String) async throws -> Void) async throws {
+        let url = try await create()
+        do { try await body(url) } catch {
+            await drop(url)
+            throw error
+        }
+        await drop(url)
+    }
+
     /// Drops a database made by ``create()``.
     public static func drop(_ conninfo: String) async {
         guard let admin = adminURL, let name = databaseName(conninfo), name.hasPrefix("t_") else { return }

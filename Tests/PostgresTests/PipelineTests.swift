@@ -7,14 +7,7 @@ import TokenRegistryTesting
 /// Pipeline mode and group commit against a live PostgreSQL.
 @Suite("Pipelines and group commit", .enabled(if: TestDatabase.isAvailable))
 struct PipelineTests {
-    func withDatabase(_ body: (String) async throws -> Void) async throws {
-        let url = try await TestDatabase.create()
-        do { try await body(url) } catch {
-            await TestDatabase.drop(url)
-            throw error
-        }
-        await TestDatabase.drop(url)
-    }
+    func withDatabase(_ body: (String) async throws -> Void) async throws { try await TestDatabase.with(body) }
 
     /// A pipeline outside a transaction is one implicit transaction: a failure rolls back what ran before it, skips
     /// what follows, and leaves the connection idle and usable.

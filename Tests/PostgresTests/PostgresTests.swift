@@ -6,14 +6,7 @@ import TokenRegistryTesting
 
 @Suite("PostgreSQL layer", .enabled(if: TestDatabase.isAvailable))
 struct PostgresTests {
-    func withDatabase(_ body: (String) async throws -> Void) async throws {
-        let url = try await TestDatabase.create()
-        do { try await body(url) } catch {
-            await TestDatabase.drop(url)
-            throw error
-        }
-        await TestDatabase.drop(url)
-    }
+    func withDatabase(_ body: (String) async throws -> Void) async throws { try await TestDatabase.with(body) }
 
     @Test func bindsValuesNeverSplicesThem() async throws {
         try await withDatabase { url in
