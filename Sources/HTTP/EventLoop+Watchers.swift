@@ -1,4 +1,5 @@
 import CLinuxShims
+import Dispatch
 import Glibc
 
 /// Sockets other than HTTP connections, watched on the loop's epoll for whoever runs on the loop: a database
@@ -7,13 +8,16 @@ extension EventLoop {
     /// Calls `ready` once, on the loop's thread, when `fd` is readable (or writable, when `writable` is true), or
     /// errs or hangs up.
     ///
-    /// Called on the loop's thread. Off it (the loop has stopped, and its jobs run on a serial queue), this waits
-    /// with `poll(2)` and calls `ready` itself.
-    public func whenReady(_ fd: Int32, writable: Bool, _ ready: @escaping () -> Void) {
+    /// Called on the loop's thread. Off it (the loop has stopped, and its jobs run on a serial queue), the wait is
+    /// a `poll(2)` on a thread of its own: never on that serial queue, where one connection's wait would hold up the
+    /// others of the loop (and with them, perhaps, the transaction whose lock it waits for).
+    public func whenReady(_ fd: Int32, writable: Bool, _ ready: @escaping @Sendable () -> Void) {
         guard isCurrent else {
-            var descriptor = pollfd(fd: fd, events: Int16(POLLIN) | (writable ? Int16(POLLOUT) : 0), revents: 0)
-            while poll(&descriptor, 1, -1) < 0 && errno == EINTR {}
-            ready()
+            DispatchQueue.global().async {
+                var descriptor = pollfd(fd: fd, events: Int16(POLLIN) | (writable ? Int16(POLLOUT) : 0), revents: 0)
+                while poll(&descriptor, 1, -1) < 0 && errno == EINTR {}
+                ready()
+            }
             return
         }
         watchers[fd] = ready

@@ -20,6 +20,9 @@ public actor PostgresConnection {
     }
 
     let connection: OpaquePointer
+    /// A duplicate of libpq's socket, owned here: it is what the loop watches. libpq closes its own descriptor when
+    /// the connection breaks, and that number may then be reused (by an accepted HTTP client) before this connection
+    /// is released; the duplicate keeps the number, and the epoll registration, this connection's until ``deinit``.
     let socket: Int32
     let driver: Driver
     var prepared: [String: String] = [:]
@@ -54,15 +57,16 @@ public actor PostgresConnection {
         return nil
     }
 
-    private init(connection: OpaquePointer, driver: Driver) {
+    private init(connection: OpaquePointer, socket: Int32, driver: Driver) {
         self.connection = connection
-        self.socket = PQsocket(connection)
+        self.socket = socket
         self.driver = driver
     }
 
     isolated deinit {
         if case let .loop(loop) = driver { loop.forget(socket) }
         PQfinish(connection)
+        close(socket)
     }
 
     /// Opens a connection from a libpq connection string or URL (on a thread of its own: connecting blocks) and
@@ -94,8 +98,15 @@ public actor PostgresConnection {
                 continuation.resume(returning: .success(conn))
             }
         }
+        let connection = try result.get()
+        let socket = fcntl(PQsocket(connection), F_DUPFD_CLOEXEC, 0)
+        guard socket >= 0 else {
+            let reason = String(cString: strerror(errno))
+            PQfinish(connection)
+            throw PostgresError(.connectionFailed, message: "duplicating the connection's socket failed: \(reason)")
+        }
         let driver: Driver = loop.map { .loop($0) } ?? .thread(DispatchQueueExecutor(label: "postgres.connection"))
-        return PostgresConnection(connection: try result.get(), driver: driver)
+        return PostgresConnection(connection: connection, socket: socket, driver: driver)
     }
 
     /// True while the connection is usable, as of its last call.

@@ -10,9 +10,9 @@ public protocol PostgresEventLoop: AnyObject, Sendable {
     /// True on the loop's own thread.
     var isCurrent: Bool { get }
     /// Calls `ready` once, on the loop's thread, when `fd` is readable (or writable, when `writable` is true), or
-    /// errs or hangs up. Called only on the loop's thread (or, once the loop has stopped, on whatever runs its jobs:
-    /// then `ready` may be called at once, and the caller waits with `poll(2)` itself).
-    func whenReady(_ fd: Int32, writable: Bool, _ ready: @escaping () -> Void)
+    /// errs or hangs up. Called on the loop's thread; once the loop has stopped, from whatever runs its jobs, and the
+    /// loop then waits for the socket on another thread (never blocking the jobs of its other connections).
+    func whenReady(_ fd: Int32, writable: Bool, _ ready: @escaping @Sendable () -> Void)
     /// Stops watching `fd`; called on the loop's thread before the descriptor closes.
     func forget(_ fd: Int32)
 }
