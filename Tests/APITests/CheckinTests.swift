@@ -132,13 +132,41 @@ struct CheckinTests {
                 "POST", "/checkin", headers: ["Content-Type": "application/x-protobuf"], body: request)
             #expect(reply.status == 200 && reply.header("content-type") == "application/x-protobuf")
             let body = Array(reply.raw.body)
-            // android_id (field 7) and security_token (field 8) as fixed64.
-            func fixed64(after tag: UInt8) -> UInt64? {
-                guard let at = body.firstIndex(of: tag), at + 8 < body.count else { return nil }
-                return (0..<8).reduce(UInt64(0)) { $0 | UInt64(body[at + 1 + $1]) << UInt64(8 * $1) }
+            // android_id (field 7) and security_token (field 8) as fixed64. The reply is walked field by field: a
+            // search for the tag byte could land inside another field (the time, a varint, changes every run).
+            func fixed64(field: UInt64) -> UInt64? {
+                var at = 0
+                func varint() -> UInt64? {
+                    var value: UInt64 = 0
+                    var shift: UInt64 = 0
+                    while at < body.count, shift < 64 {
+                        let byte = body[at]
+                        at += 1
+                        value |= UInt64(byte & 0x7f) << shift
+                        if byte & 0x80 == 0 { return value }
+                        shift += 7
+                    }
+                    return nil
+                }
+                while at < body.count, let key = varint() {
+                    switch key & 7 {
+                    case 0: guard varint() != nil else { return nil }
+                    case 1:
+                        guard at + 8 <= body.count else { return nil }
+                        let value = (0..<8).reduce(UInt64(0)) { $0 | UInt64(body[at + $1]) << UInt64(8 * $1) }
+                        if key >> 3 == field { return value }
+                        at += 8
+                    case 2:
+                        guard let length = varint() else { return nil }
+                        at += Int(length)
+                    case 5: at += 4
+                    default: return nil
+                    }
+                }
+                return nil
             }
-            let id = try #require(fixed64(after: 0x39))
-            let secret = try #require(fixed64(after: 0x41))
+            let id = try #require(fixed64(field: 7))
+            let secret = try #require(fixed64(field: 8))
             func register3(_ extra: [(String, String)] = []) async throws -> Reply {
                 try await s.request(
                     "POST", "/c2dm/register3",
