@@ -190,32 +190,31 @@ def level(c, f):
     """Every workload at c connections; each row with the row it is compared to."""
     url = f"http://127.0.0.1:{PORT}"
     rows = []
-    w = lambda *a, **k: wrk(*a, **k)  # noqa: E731
-    rows.append((w("healthz", c, f"{url}/healthz", f"{BENCH}/wrk/get.lua"), "nginx"))
-    rows.append((w("nginx", c, f"http://127.0.0.1:{NGINX_PORT}/", f"{BENCH}/wrk/get.lua"), None))
-    rows.append((w("refresh callback", c, url, f"{BENCH}/wrk/refresh_callback.lua", {"SERVER_KEY": f["server"]}),
+    rows.append((wrk("healthz", c, f"{url}/healthz", f"{BENCH}/wrk/get.lua"), "nginx"))
+    rows.append((wrk("nginx", c, f"http://127.0.0.1:{NGINX_PORT}/", f"{BENCH}/wrk/get.lua"), None))
+    rows.append((wrk("refresh callback", c, url, f"{BENCH}/wrk/refresh_callback.lua", {"SERVER_KEY": f["server"]}),
                  "pgbench same SQL"))
     rows.append((pgbench("pgbench same SQL", c, f"{BENCH}/pgbench/refresh_callback.sql"), None))
     rows.append((pgbench("pgbench upsert", c, f"{BENCH}/pgbench/registration_upsert.sql"), None))
     if PEER_PORT:
-        rows.append((w("fcm-django register", c, f"http://127.0.0.1:{PEER_PORT}", E["PEER_LUA"],
+        rows.append((wrk("fcm-django register", c, f"http://127.0.0.1:{PEER_PORT}", E["PEER_LUA"],
                        args=("--", "new", "fcm", "/devices/", "-", "-", "peer")), None))
-    rows.append((w("create installation", c, f"{url}/v1/projects/{PROJECT}/installations",
+    rows.append((wrk("create installation", c, f"{url}/v1/projects/{PROJECT}/installations",
                    f"{BENCH}/wrk/create_installation.lua", {"APP_ID": f["web"], "API_KEY": f["apiKey"]}),
                  "pgbench create"))
     rows.append((pgbench("pgbench create", c, f"{BENCH}/pgbench/create_installation.sql", (f"app_id={f['web']}",)),
                  None))
-    rows.append((w("auth token", c, f"{url}/v1/projects/{PROJECT}/installations/{f['fid']}/authTokens:generate",
+    rows.append((wrk("auth token", c, f"{url}/v1/projects/{PROJECT}/installations/{f['fid']}/authTokens:generate",
                    f"{BENCH}/wrk/generate_token.lua", {"REFRESH": f["refresh"]}), "pgbench PK look-up"))
     rows.append((pgbench("pgbench PK look-up", c, f"{BENCH}/pgbench/generate_token.sql", (f"fid={f['fid']}",)), None))
     env = {"INSTALLATIONS": f"{WORK}/installations.txt", "SERVER_KEY": f["server"], "PROJECT": PROJECT}
     # Registrations need messaging consent: the consent workload (which turns it off at random) comes after.
     psql(f"UPDATE consents SET granted = true WHERE project_id = '{PROJECT}' AND purpose = 'messaging'")
-    rows.append((w("client registration", c, url, f"{BENCH}/wrk/with_installations.lua",
+    rows.append((wrk("client registration", c, url, f"{BENCH}/wrk/with_installations.lua",
                    {**env, "WORKLOAD": "register"}), "pgbench upsert"))
-    rows.append((w("consent change", c, url, f"{BENCH}/wrk/with_installations.lua", {**env, "WORKLOAD": "consent"}),
+    rows.append((wrk("consent change", c, url, f"{BENCH}/wrk/with_installations.lua", {**env, "WORKLOAD": "consent"}),
                  "pgbench upsert"))
-    rows.append((w("batchAdd 1000 tokens", c, f"{url}/iid/v1:batchAdd", f"{BENCH}/wrk/batch_add.lua",
+    rows.append((wrk("batchAdd 1000 tokens", c, f"{url}/iid/v1:batchAdd", f"{BENCH}/wrk/batch_add.lua",
                    {"SERVER_KEY": f["server"], "BODY_FILE": f"{WORK}/batch.json"}), None))
     # Deletions: a fresh set of installations per level, each deleted once, then the wait for every notice.
     psql(f"""INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, created_at, last_seen_at)
@@ -225,7 +224,7 @@ def level(c, f):
         # FIDs are 22 characters: "d", the level in three digits, then eighteen.
         "".join(f"d{c:03d}{n:018d} -\n" for n in range(1, 40001)))
     started = Receiver.received
-    row = w("delete installation", c, url, f"{BENCH}/wrk/with_installations.lua",
+    row = wrk("delete installation", c, url, f"{BENCH}/wrk/with_installations.lua",
             {**env, "WORKLOAD": "delete", "INSTALLATIONS": f"{WORK}/deletions.txt"})
     ended = time.time()
     while deletions_pending(f) and time.time() - ended < 120:

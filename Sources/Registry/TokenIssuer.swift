@@ -156,15 +156,16 @@ public final class TokenIssuer: Sendable {
     /// - Throws: ``RegistryError`` `.unauthenticated` for anything that is not a valid, current token of ours.
     public func verify(_ token: String) async throws -> AuthClaims {
         let invalid = RegistryError(.unauthenticated, "the installation auth token is invalid or expired")
-        guard token.utf8.count <= 4096, let parts = JWS.parse(token),
-            let header = try? JSONParser.parse(parts.header), header["alg"]?.stringValue == "ES256",
-            let kid = header["kid"]?.stringValue
-        else { throw invalid }
+        guard token.utf8.count <= 4096 else { throw invalid }
         var current = try await currentRing()
+        // A token verified before needs no parsing either: only its expiry and its key's place in the ring.
         if let hit = verified.withLock({ $0[token] }), current.keys[hit.kid] != nil {
             guard hit.claims.expires > clock.now() else { throw invalid }
             return hit.claims
         }
+        guard let parts = JWS.parse(token), let header = try? JSONParser.parse(parts.header),
+            header["alg"]?.stringValue == "ES256", let kid = header["kid"]?.stringValue
+        else { throw invalid }
         if current.keys[kid] == nil, current.isOlder(than: .seconds(5)) {
             try await reload()
             current = ring.withLock { $0 }
