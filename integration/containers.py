@@ -86,6 +86,7 @@ def rolling_stop_under_load(name, base, replicas, start, stop, sql):
     app = cli(replicas[0], "app", "create", "--project", f"{name}-proj", "--platform", "web")
     server = {"Authorization": "Bearer " + project["serverKey"]}
     acknowledged, consents, outcomes, lock, done = [], [], [], threading.Lock(), threading.Event()
+    unanswered = []  # why each request without an HTTP answer failed, for the report
 
     def worker(n):
         i = 0
@@ -95,14 +96,18 @@ def rolling_stop_under_load(name, base, replicas, start, stop, sql):
                                    {"appId": app["appId"], "fid": ""}, {"x-goog-api-key": app["apiKey"]})
             with lock:
                 outcomes.append((time.time(), status))
+                if status is None:
+                    unanswered.append(f"create: {body}")
             if status == 200:
                 with lock:
                     acknowledged.append(body["fid"])
                 granted = i % 2 == 0
-                status, _ = request("PUT", f"{base}/v1/projects/{name}-proj/installations/{body['fid']}/consent",
-                                    {"autoInitEnabled": granted, "source": f"worker-{n}"}, server)
+                status, error = request("PUT", f"{base}/v1/projects/{name}-proj/installations/{body['fid']}/consent",
+                                        {"autoInitEnabled": granted, "source": f"worker-{n}"}, server)
                 with lock:
                     outcomes.append((time.time(), status))
+                    if status is None:
+                        unanswered.append(f"consent: {error}")
                     if status == 200:
                         consents.append((body["fid"], granted))
 
@@ -132,7 +137,8 @@ def rolling_stop_under_load(name, base, replicas, start, stop, sql):
     print(f"{name}: {len(statuses)} requests in {time.time() - started:.1f} s, 2xx {ok}, "
           f"retryable {sum(1 for s in statuses if s in RETRYABLE)}, other {len(bad)}; "
           f"stops took {', '.join(f'{s:.1f} s' for s in stop_seconds)}", flush=True)
-    check(f"{name}: every request succeeded or failed with a retryable status", not bad, f"unexpected: {bad[:10]}")
+    check(f"{name}: every request succeeded or failed with a retryable status", not bad,
+          f"unexpected: {bad[:10]}; unanswered: {unanswered[:5]}")
     check(f"{name}: each replica exited 0 on SIGTERM", codes == [0] * len(replicas), f"exit statuses {codes}")
     check(f"{name}: the service answered after the last restart",
           sum(1 for t, s in outcomes if t > last - 2 and s and 200 <= s < 300) > 5)
