@@ -212,6 +212,8 @@ def level(c, f):
     psql(f"UPDATE consents SET granted = true WHERE project_id = '{PROJECT}' AND purpose = 'messaging'")
     rows.append((wrk("client registration", c, url, f"{BENCH}/wrk/with_installations.lua",
                    {**env, "WORKLOAD": "register"}), "pgbench upsert"))
+    rows.append((wrk("topic subscribe", c, url, f"{BENCH}/wrk/with_installations.lua",
+                   {**env, "WORKLOAD": "subscribe"}), "pgbench upsert"))
     rows.append((wrk("consent change", c, url, f"{BENCH}/wrk/with_installations.lua", {**env, "WORKLOAD": "consent"}),
                  "pgbench upsert"))
     rows.append((wrk("batchAdd 1000 tokens", c, f"{url}/iid/v1:batchAdd", f"{BENCH}/wrk/batch_add.lua",

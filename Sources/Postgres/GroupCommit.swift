@@ -12,10 +12,16 @@ import Synchronization
 /// batches lock rows in the same order and cannot deadlock each other. When any statement of a batch fails, the
 /// transaction rolled back all of them: each then runs again alone, and answers its own outcome. A lost connection
 /// fails the whole batch (whether it committed is unknown, as for a single statement).
+///
+/// A queued write waits at most ``queueTimeout`` (the pool's acquire time-out) for its batch to start; then it is
+/// taken out of the queue, never to run, and fails as an acquire does. One reaper task sleeps until the earliest
+/// deadline, as the pool's does.
 final class GroupCommitter: Sendable {
     struct Waiting: Sendable {
+        let id: UInt64
         let query: PostgresQuery
         let key: String
+        let deadline: ContinuousClock.Instant
         let continuation: CheckedContinuation<Ticket, Never>
     }
 
@@ -30,32 +36,47 @@ final class GroupCommitter: Sendable {
         var batchesRunning = 0
     }
 
+    private struct State {
+        var lanes: [ObjectIdentifier?: Lane] = [:]
+        var nextID: UInt64 = 0
+        var reaperRunning = false
+    }
+
     /// At most this many statements in one transaction.
     let maxBatch: Int
     /// At most this many batches of one lane (one event loop) at once.
     let batchesPerLane: Int
-    private let lanes = Mutex<[ObjectIdentifier?: Lane]>([:])
+    /// How long a write may wait in the queue for its batch.
+    let queueTimeout: Duration
+    private let state = Mutex(State())
 
     /// Writes waiting for a batch, in every lane.
-    var queued: Int { lanes.withLock { $0.values.reduce(0) { $0 + $1.waiting.count } } }
+    var queued: Int { state.withLock { $0.lanes.values.reduce(0) { $0 + $1.waiting.count } } }
 
-    init(maxBatch: Int, batchesPerLane: Int) {
+    init(maxBatch: Int, batchesPerLane: Int, queueTimeout: Duration) {
         self.maxBatch = max(1, maxBatch)
         self.batchesPerLane = max(1, batchesPerLane)
+        self.queueTimeout = queueTimeout
     }
 
     func run(_ query: PostgresQuery, key: String, on pool: PostgresPool) async throws -> PostgresRows {
         let lane = pool.loops.current.map { ObjectIdentifier($0) }
         let ticket = await withCheckedContinuation { (continuation: CheckedContinuation<Ticket, Never>) in
-            let leads = lanes.withLock { lanes -> Bool in
-                if lanes[lane, default: Lane()].batchesRunning < batchesPerLane {
-                    lanes[lane, default: Lane()].batchesRunning += 1
-                    return true
+            let (leads, startReaper) = state.withLock { s -> (Bool, Bool) in
+                if s.lanes[lane, default: Lane()].batchesRunning < batchesPerLane {
+                    s.lanes[lane, default: Lane()].batchesRunning += 1
+                    return (true, false)
                 }
-                lanes[lane, default: Lane()].waiting.append(Waiting(query: query, key: key, continuation: continuation))
-                return false
+                s.nextID += 1
+                s.lanes[lane, default: Lane()].waiting.append(
+                    Waiting(
+                        id: s.nextID, query: query, key: key, deadline: .now + queueTimeout,
+                        continuation: continuation))
+                defer { s.reaperRunning = true }
+                return (false, !s.reaperRunning)
             }
             if leads { continuation.resume(returning: .lead([])) }
+            if startReaper { Task { [weak self] in await self?.reap() } }
         }
         switch ticket {
         case let .done(outcome):
@@ -96,9 +117,9 @@ final class GroupCommitter: Sendable {
         for (waiting, outcome) in zip(others, outcomes.dropFirst()) {
             waiting.continuation.resume(returning: .done(outcome))
         }
-        let next = lanes.withLock { lanes -> [Waiting] in
-            guard var state = lanes[lane] else { return [] }
-            defer { lanes[lane] = state }
+        let next = state.withLock { s -> [Waiting] in
+            guard var state = s.lanes[lane] else { return [] }
+            defer { s.lanes[lane] = state }
             if state.waiting.isEmpty {
                 state.batchesRunning -= 1
                 return []
@@ -109,5 +130,37 @@ final class GroupCommitter: Sendable {
         }
         if let first = next.first { first.continuation.resume(returning: .lead(Array(next.dropFirst()))) }
         return outcomes[0]
+    }
+
+    static var timeoutError: PostgresError {
+        PostgresError(.poolTimeout, message: "no database connection free in time for the write's batch")
+    }
+
+    /// Fails the queued writes whose time ran out, sleeping until the next deadline; ends when none is queued.
+    private func reap() async {
+        while true {
+            let (expired, next) = state.withLock { s -> ([Waiting], ContinuousClock.Instant?) in
+                let now = ContinuousClock.now
+                var expired: [Waiting] = []
+                var next: ContinuousClock.Instant?
+                for lane in s.lanes.keys {
+                    s.lanes[lane]!.waiting.removeAll { waiting in
+                        if waiting.deadline <= now {
+                            expired.append(waiting)
+                            return true
+                        }
+                        next = min(next ?? waiting.deadline, waiting.deadline)
+                        return false
+                    }
+                }
+                if next == nil { s.reaperRunning = false }
+                return (expired, next)
+            }
+            for waiting in expired {
+                waiting.continuation.resume(returning: .done(.failure(GroupCommitter.timeoutError)))
+            }
+            guard let next else { return }
+            try? await Task.sleep(until: next, clock: .continuous)
+        }
     }
 }

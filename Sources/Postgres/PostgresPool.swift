@@ -92,7 +92,8 @@ public final class PostgresPool: Sendable {
     public init(_ configuration: Configuration) {
         self.configuration = configuration
         committer = GroupCommitter(
-            maxBatch: configuration.groupCommitBatch, batchesPerLane: configuration.groupCommitsPerLoop)
+            maxBatch: configuration.groupCommitBatch, batchesPerLane: configuration.groupCommitsPerLoop,
+            queueTimeout: configuration.acquireTimeout)
         state = Mutex(State(machine: Machine(maxConnections: configuration.maxConnections)))
     }
 

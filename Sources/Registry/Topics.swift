@@ -26,11 +26,26 @@ public enum SubscribeResult: Sendable, Equatable {
 public protocol TopicStore: Sendable {
     /// Adds `topic` for each FID; the result per FID.
     func add(projectID: String, fids: [String], topic: String, at: Date) async throws -> [String: SubscribeResult]
+    /// Adds `topic` for one FID: the result, and when the subscription was made if it exists now (`at` when added).
+    func subscribe(projectID: String, fid: String, topic: String, at: Date) async throws -> (SubscribeResult, Date?)
     /// Removes `topic` from each FID; the FIDs that had it.
     func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String>
     func created(projectID: String, fid: String, topic: String) async throws -> Date?
     /// Topics of an installation in name order, after `after`, at most `limit`.
     func list(projectID: String, fid: String, after: String?, limit: Int) async throws -> [TopicSubscription]
+}
+
+extension TopicStore {
+    /// ``add(projectID:fids:topic:at:)`` for one FID, then the existing subscription's time when there was one.
+    public func subscribe(projectID: String, fid: String, topic: String, at: Date) async throws -> (
+        SubscribeResult, Date?
+    ) {
+        switch try await add(projectID: projectID, fids: [fid], topic: topic, at: at)[fid] ?? .notFound {
+        case .added: return (.added, at)
+        case .alreadyExists: return (.alreadyExists, try await created(projectID: projectID, fid: fid, topic: topic))
+        case let other: return (other, nil)
+        }
+    }
 }
 
 /// A topic and when the installation subscribed to it.
@@ -76,14 +91,13 @@ public struct TopicService: Sendable {
     public func subscribe(project: Project, fid: String, topic: String) async throws -> (TopicSubscription, added: Bool)
     {
         let now = clock.now()
-        switch try await store.add(projectID: project.id, fids: [fid], topic: topic, at: now)[fid] {
-        case .tooManyTopics?: throw TopicService.tooManyTopics
-        case .noConsent?: throw RegistrationService.consentOff(fid)
-        case .notFound?: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
-        case .added?: return (TopicSubscription(topic: topic, createdAt: now), true)
-        case .alreadyExists?, nil:
-            let created = try await store.created(projectID: project.id, fid: fid, topic: topic) ?? now
-            return (TopicSubscription(topic: topic, createdAt: created), false)
+        let (result, since) = try await store.subscribe(projectID: project.id, fid: fid, topic: topic, at: now)
+        switch result {
+        case .tooManyTopics: throw TopicService.tooManyTopics
+        case .noConsent: throw RegistrationService.consentOff(fid)
+        case .notFound: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
+        case .added: return (TopicSubscription(topic: topic, createdAt: since ?? now), true)
+        case .alreadyExists: return (TopicSubscription(topic: topic, createdAt: since ?? now), false)
         }
     }
 

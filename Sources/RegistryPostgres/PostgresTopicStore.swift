@@ -9,7 +9,10 @@ struct PostgresTopicStore: TopicStore {
     func add(projectID: String, fids: [String], topic: String, at: Date) async throws -> [String:
         SubscribeResult]
     {
-        guard !fids.isEmpty else { return [:] }
+        guard fids.count > 1 else {
+            guard let fid = fids.first else { return [:] }
+            return [fid: try await subscribe(projectID: projectID, fid: fid, topic: topic, at: at).0]
+        }
         return try await db.transaction { c in
             // Lock the installations in a fixed order so concurrent batches cannot deadlock or pass the limit, and so
             // a consent change (which takes the same lock) is either seen by the next statement or waits for us.
@@ -55,6 +58,29 @@ struct PostgresTopicStore: TopicStore {
             }
             return results
         }
+    }
+
+    /// One statement (`registry_subscribe`, migration 14), committed with concurrent writes of the same loop (group
+    /// commit), in the installation's order: the installation's lock, then the same rule as a batch's.
+    func subscribe(projectID: String, fid: String, topic: String, at: Date) async throws -> (SubscribeResult, Date?) {
+        guard
+            let row = try await db.groupCommitted(
+                """
+                SELECT outcome, since FROM registry_subscribe(\(projectID), \(fid), \(topic), \(at)::timestamptz,
+                    \(ConsentService.messaging), \(Topic.maxPerInstallation))
+                """, key: projectID + "/" + fid
+            ).first
+        else { throw RegistryError(.internal, "registry_subscribe returned no row") }
+        let result: SubscribeResult
+        switch try row.require("outcome", as: String.self) {
+        case "added": result = .added
+        case "already_exists": result = .alreadyExists
+        case "not_found": result = .notFound
+        case "no_consent": result = .noConsent
+        case "too_many_topics": result = .tooManyTopics
+        case let other: throw RegistryError(.internal, "registry_subscribe answered \(other.prefix(32))")
+        }
+        return (result, try row.decode("since", as: Date.self))
     }
 
     func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String> {

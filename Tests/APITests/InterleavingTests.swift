@@ -100,6 +100,42 @@ struct InterleavingTests {
         }
     }
 
+    /// Subscribes of two installations queue behind a lock, and one installation's consent is withdrawn meanwhile.
+    /// Both wait in PostgreSQL (one statement each since migration 14, group-committed); each must read consent
+    /// after its installation's lock, so only the other installation gains the topic. Reading consent before the
+    /// lock fails this test.
+    @Test func aSubscribeQueuedBehindAWithdrawalAddsNothing() async throws {
+        try await TestService.with { s in
+            let withdrawn = try await s.createInstallation()
+            let other = try await s.createInstallation()
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query(
+                "SELECT 1 FROM installations WHERE fid IN (\(withdrawn.fid), \(other.fid)) FOR UPDATE")
+            func subscribe(_ i: CreatedInstallationReply) -> Task<Reply, any Error> {
+                Task {
+                    try await s.request(
+                        "POST",
+                        "/v1/projects/\(s.project.id)/registrations/\(i.fid)/topicSubscriptions/news:subscribe",
+                        headers: Self.fis(i))
+                }
+            }
+            let refused = subscribe(withdrawn)
+            let added = subscribe(other)
+            try await session.waitUntilBlocked(2)
+            _ = try await session.query(
+                "UPDATE consents SET granted = false WHERE fid = \(withdrawn.fid) AND purpose = 'messaging'")
+            try await session.execute("COMMIT")
+            let reply = try await refused.value
+            #expect(
+                reply.status == 400 && reply.json?["error"]?["status"]?.stringValue == "FAILED_PRECONDITION", "\(reply)"
+            )
+            #expect(try await added.value.status == 200)
+            let stored = try await s.pool.query("SELECT fid FROM topic_subscriptions WHERE topic = 'news'")
+            #expect(try stored.map { try $0.require("fid", as: String.self) } == [other.fid])
+        }
+    }
+
     /// `clientTime` far ahead of the database's clock, or before 2000, is refused naming the field.
     @Test(arguments: ["9999-12-31T23:59:59Z", "0000-01-01T00:00:00Z", "1999-12-31T23:59:59Z", "+10m"])
     func clientTimesOutOfRangeAreRefused(_ text: String) async throws {

@@ -113,6 +113,51 @@ struct PipelineTests {
             }
         }
     }
+
+    /// A write queued for a batch while the running batches wait on a lock fails when the acquire time-out passes,
+    /// as a wait for a connection does, and never runs afterwards; the batches that were running commit.
+    @Test func aQueuedWriteWaitsNoLongerThanTheAcquireTimeout() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4, acquireTimeout: .milliseconds(300)))
+            try await pool.query("CREATE TABLE g (k text PRIMARY KEY)")
+            let second = try await SecondSession(conninfo: url)
+            try await second.execute("BEGIN; LOCK TABLE g IN EXCLUSIVE MODE")
+            let keys = (0..<6).map { "k\($0)" }
+            let writes = Task {
+                await withTaskGroup(of: (String, PostgresError?, Duration).self) { group in
+                    for key in keys {
+                        group.addTask {
+                            let started = ContinuousClock.now
+                            do {
+                                try await pool.groupCommitted("INSERT INTO g VALUES (\(key))", key: key)
+                                return (key, nil, ContinuousClock.now - started)
+                            } catch {
+                                return (key, error as? PostgresError, ContinuousClock.now - started)
+                            }
+                        }
+                    }
+                    var outcomes: [String: (PostgresError?, Duration)] = [:]
+                    for await (key, error, took) in group { outcomes[key] = (error, took) }
+                    return outcomes
+                }
+            }
+            try await second.waitUntilBlocked(2)
+            // The four queued writes time out while the lock is still held (for two seconds).
+            try await Task.sleep(for: .seconds(2))
+            #expect(pool.statistics.queuedWrites == 0)
+            try await second.execute("COMMIT")
+            let outcomes = await writes.value
+            let failed = outcomes.filter { $0.value.0 != nil }
+            #expect(failed.count == 4)
+            for (key, (error, took)) in failed {
+                #expect(error?.code == .poolTimeout, "\(key): \(String(describing: error))")
+                #expect(took < .seconds(1.5), "\(key) failed after \(took)")
+            }
+            let stored = try await pool.query("SELECT k FROM g ORDER BY k").map { try $0.require("k", as: String.self) }
+            #expect(Set(stored) == Set(outcomes.filter { $0.value.0 == nil }.keys))
+            #expect(stored.count == 2)
+        }
+    }
 }
 
 extension Result {

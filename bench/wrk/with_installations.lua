@@ -2,6 +2,8 @@
 -- file of "fid authToken" lines; WORKLOAD picks the request:
 --   consent   PUT .../installations/{fid}/consent, autoInitEnabled flipping at random (the consent ledger grows)
 --   register  POST .../registrations with an Android body (the FCM SDK's registration after getToken)
+--   subscribe POST .../registrations/{fid}/topicSubscriptions/{topic}:subscribe, one of 20 topics at random (the
+--             FCM SDK's topic verb; a repeat finds the subscription there)
 --   delete    DELETE /v1/project/{p}/instanceId/{fid} with the server key, each installation once (then 404s)
 local lines = {}
 for line in io.lines(os.getenv("INSTALLATIONS")) do
@@ -32,6 +34,10 @@ request = function()
     return wrk.format("POST", "/v1/projects/" .. project .. "/registrations",
       { ["x-goog-firebase-installations-auth"] = "FIS " .. i.token, ["Content-Type"] = "application/json" },
       '{"android":{"package_name":"com.example.bench","app_version":"1.0"}}')
+  elseif workload == "subscribe" then
+    local i = lines[math.random(#lines)]
+    return wrk.format("POST", "/v1/projects/" .. project .. "/registrations/" .. i.fid .. "/topicSubscriptions/t" ..
+      math.random(20) .. ":subscribe", { ["x-goog-firebase-installations-auth"] = "FIS " .. i.token })
   else
     local i = lines[((next_index - 1) % #lines) + 1]
     next_index = next_index + 2
