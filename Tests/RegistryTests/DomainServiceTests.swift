@@ -34,6 +34,43 @@ struct DomainServiceTests {
         }
     }
 
+    /// A topic page holds `limit` live registrations while any are left, however many subscribers between them are
+    /// filtered out. The PostgreSQL store reads the topic in windows of `limit` subscribers and joins a window by
+    /// merging when the topic covers its FID range densely ("t": every installation) and by look-ups when sparsely
+    /// ("few": five of thirty); both must give the same pages.
+    @Test(arguments: StoreKind.available)
+    func topicPagesAreFullWhenSubscribersAreFilteredOut(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            var fids: [String] = []
+            for n in 0..<30 {
+                let i = try await f.installation(
+                    fid: "cPage" + String(repeating: "0", count: 15) + String(n / 10) + "\(n % 10)")
+                _ = try await f.register(i)
+                _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: "t")
+                if [0, 9, 10, 21, 27].contains(n) {
+                    _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: "few")
+                }
+                if n % 3 != 0 { try await f.consent(i, false) }
+                fids.append(i.fid)
+            }
+            func pages(_ topic: String) async throws -> [[String]] {
+                var pages: [[String]] = []
+                var after: String?
+                repeat {
+                    let page = try await f.services.targeting.members(
+                        projectID: f.project.id, topic: topic, after: after, limit: 2
+                    ).map(\.fid)
+                    pages.append(page)
+                    after = page.last
+                } while !(pages.last!.isEmpty)
+                return pages
+            }
+            let live = stride(from: 0, to: 30, by: 3).map { fids[$0] }
+            #expect(try await pages("t") == stride(from: 0, to: 10, by: 2).map { [live[$0], live[$0 + 1]] } + [[]])
+            #expect(try await pages("few") == [[fids[0], fids[9]], [fids[21], fids[27]], []])
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func theRefreshCallbackKeepsTheNewestClientTime(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
