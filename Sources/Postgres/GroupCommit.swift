@@ -18,7 +18,6 @@ import Synchronization
 /// deadline, as the pool's does.
 final class GroupCommitter: Sendable {
     struct Waiting: Sendable {
-        let id: UInt64
         let query: PostgresQuery
         let key: String
         let deadline: ContinuousClock.Instant
@@ -38,7 +37,6 @@ final class GroupCommitter: Sendable {
 
     private struct State {
         var lanes: [ObjectIdentifier?: Lane] = [:]
-        var nextID: UInt64 = 0
         var reaperRunning = false
     }
 
@@ -67,13 +65,11 @@ final class GroupCommitter: Sendable {
                     s.lanes[lane, default: Lane()].batchesRunning += 1
                     return (true, false)
                 }
-                s.nextID += 1
                 s.lanes[lane, default: Lane()].waiting.append(
-                    Waiting(
-                        id: s.nextID, query: query, key: key, deadline: .now + queueTimeout,
-                        continuation: continuation))
-                defer { s.reaperRunning = true }
-                return (false, !s.reaperRunning)
+                    Waiting(query: query, key: key, deadline: .now + queueTimeout, continuation: continuation))
+                let startReaper = !s.reaperRunning
+                s.reaperRunning = true
+                return (false, startReaper)
             }
             if leads { continuation.resume(returning: .lead([])) }
             if startReaper { Task { [weak self] in await self?.reap() } }

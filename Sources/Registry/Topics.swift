@@ -96,7 +96,7 @@ public struct TopicService: Sendable {
         case .tooManyTopics: throw TopicService.tooManyTopics
         case .noConsent: throw RegistrationService.consentOff(fid)
         case .notFound: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
-        case .added: return (TopicSubscription(topic: topic, createdAt: since ?? now), true)
+        case .added: return (TopicSubscription(topic: topic, createdAt: now), true)
         case .alreadyExists: return (TopicSubscription(topic: topic, createdAt: since ?? now), false)
         }
     }
