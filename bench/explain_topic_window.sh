@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # EXPLAIN (ANALYZE) of one topic-page window (10,001 subscribers) on a 1,000,000-subscriber topic and on a sparse
 # (1 %) one, at three positions: the window, the span count, and the join as the planner picks it and as a forced
-# merge. The figures behind migration 15 (docs/benchmarks.md).   VAC="VACUUM ANALYZE" bash bench/explain_topic_window.sh
+# merge. The figures of the windowed topic pages tried and dropped on 2026-12-01 (docs/benchmarks.md).
+#   VAC="VACUUM ANALYZE" bash bench/explain_topic_window.sh
 . "$(dirname "$0")/lib.sh"
 build_release >/dev/null 2>&1
 start_postgres

@@ -5,57 +5,26 @@ import Registry
 /// ``TargetingStore`` on PostgreSQL: ``TargetFilter`` as SQL (active, refreshed after the expiry cut-off,
 /// messaging consent granted), keyset-paged by FID.
 ///
-/// A topic page is read in windows: the next `limit` subscribers from the topic's index, then the live registrations
-/// among them, bounded above and below on every joined table. PostgreSQL carries equalities across a join but not
-/// inequalities, and with a lower bound only the planner misjudged every later page: a merge join read the whole
-/// project before the page (a 1,000,000-subscriber topic took 28.8 s), and with the bound on every table it turned to
-/// a hash join over every row after the page once about a fifth of the project was left (108–418 ms a page). Within
-/// a window it estimates well, yet still joins by the wrong method; so the window's density, the project's
-/// registrations in its FID range, picks the method (migration 15; docs/benchmarks.md).
+/// The page's lower bound is stated on every joined table, not only the one it is ordered by: PostgreSQL carries
+/// equalities across a join but not inequalities, so with the bound on one side only a merge join read every row of
+/// the project before the page on the other sides, and streaming a topic page by page was quadratic (a 1,000,000-
+/// subscriber topic took 28.8 s; docs/benchmarks.md).
 struct PostgresTargetingStore: TargetingStore {
     let db: Database
 
-    /// A window is dense when the topic holds at least a third of the registrations in its FID range: reading the
-    /// three ranges side by side then costs less than looking each subscriber up.
-    static let denseSpan = 3
-
     func members(topic: String, filter: TargetFilter) async throws -> [LiveRegistration] {
-        var found: [LiveRegistration] = []
-        var after = filter.after ?? ""
-        // A window that yields fewer live registrations than the page needs is followed by the next one.
-        while found.count < filter.limit {
-            guard
-                let window = try await db.query(
-                    """
-                    WITH w AS (SELECT max(ts.fid) AS upper, count(*) AS n FROM (SELECT ts.fid FROM topic_subscriptions ts
-                        WHERE ts.project_id = \(filter.projectID) AND ts.topic = \(topic) AND ts.fid > \(after)
-                        ORDER BY ts.fid LIMIT \(filter.limit)) AS ts)
-                    SELECT w.upper, w.n, (SELECT count(*) FROM (SELECT 1 FROM registrations r
-                        WHERE r.project_id = \(filter.projectID) AND r.fid > \(after) AND r.fid <= w.upper
-                        LIMIT \(Self.denseSpan * filter.limit + 1)) AS s) AS span FROM w
-                    """
-                ).first, let upper = try window.decode("upper", as: String.self)
-            else { break }
-            let n = try window.require("n", as: Int.self)
-            let dense = try window.require("span", as: Int.self) <= Self.denseSpan * n
-            let (project, messaging, active) =
-                (filter.projectID, ConsentService.messaging, RegistrationState.active.rawValue)
-            let remaining = filter.limit - found.count
-            found += try await db.query(
-                dense
-                    ? """
-                    SELECT * FROM registry_topic_window_merged(\(project), \(topic), \(after), \(upper), \(messaging),
-                        \(active), \(filter.expiredBefore)::timestamptz, \(remaining))
-                    """
-                    : """
-                    SELECT * FROM registry_topic_window_probed(\(project), \(topic), \(after), \(upper), \(messaging),
-                        \(active), \(filter.expiredBefore)::timestamptz, \(remaining))
-                    """
-            ).map(Self.decode)
-            guard n == filter.limit else { break }
-            after = upper
-        }
-        return found
+        try await db.query(
+            """
+            SELECT r.fid, r.token, r.platform, r.refreshed_at FROM topic_subscriptions ts
+            JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
+            JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid
+                AND c.purpose = \(ConsentService.messaging) AND c.granted
+            WHERE ts.project_id = \(filter.projectID) AND ts.topic = \(topic) AND ts.fid > \(filter.after ?? "")
+              AND r.fid > \(filter.after ?? "") AND c.fid > \(filter.after ?? "")
+              AND r.state = \(RegistrationState.active.rawValue) AND r.refreshed_at > \(filter.expiredBefore)
+            ORDER BY ts.fid LIMIT \(filter.limit)
+            """
+        ).map(Self.decode)
     }
 
     func resolve(condition: Condition, filter: TargetFilter) async throws -> [LiveRegistration] {

@@ -17,7 +17,6 @@ public enum Schema {
         migration(12, "consent_function", PackageResources.m012_consent_function_sql),
         migration(13, "register_function", PackageResources.m013_register_function_sql),
         migration(14, "subscribe_function", PackageResources.m014_subscribe_function_sql),
-        migration(15, "topic_window_functions", PackageResources.m015_topic_window_functions_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

@@ -35,9 +35,7 @@ struct DomainServiceTests {
     }
 
     /// A topic page holds `limit` live registrations while any are left, however many subscribers between them are
-    /// filtered out. The PostgreSQL store reads the topic in windows of `limit` subscribers and joins a window by
-    /// merging when the topic covers its FID range densely ("t": every installation) and by look-ups when sparsely
-    /// ("few": five of thirty); both must give the same pages.
+    /// filtered out, for a topic of every installation ("t") and for one of five in thirty ("few").
     @Test(arguments: StoreKind.available)
     func topicPagesAreFullWhenSubscribersAreFilteredOut(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
