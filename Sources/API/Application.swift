@@ -263,6 +263,6 @@ public final class Application: Sendable {
         if let given, (1...64).contains(given.utf8.count), given.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) {
             return given
         }
-        return Hex.encode((try? SecureRandom.bytes(8)) ?? [])
+        return RequestIDs.next()
     }
 }

@@ -14,6 +14,12 @@ public final class Metrics: Sendable {
         var counts = [Int](repeating: 0, count: Metrics.buckets.count)
         var sum = 0.0
         var count = 0
+
+        mutating func record(_ seconds: Double) {
+            for (i, bound) in Metrics.buckets.enumerated() where seconds <= bound { counts[i] += 1 }
+            sum += seconds
+            count += 1
+        }
     }
 
     private struct State {
@@ -29,11 +35,8 @@ public final class Metrics: Sendable {
     public func observe(method: String, route: String, status: Int, seconds: Double) {
         state.withLock { s in
             s.requests[Key(method: method, route: route, status: status), default: 0] += 1
-            var h = s.latency[route] ?? Histogram()
-            for (i, bound) in Metrics.buckets.enumerated() where seconds <= bound { h.counts[i] += 1 }
-            h.sum += seconds
-            h.count += 1
-            s.latency[route] = h
+            // In place: a copy taken out of the dictionary and written back copied its counts on every request.
+            s.latency[route, default: Histogram()].record(seconds)
         }
     }
 

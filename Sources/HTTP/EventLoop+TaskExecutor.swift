@@ -18,7 +18,8 @@ extension EventLoop: TaskExecutor, SerialExecutor {
         if stopped {
             // The loop has stopped: a task that still prefers it (a handler finishing after shutdown) runs on.
             afterStop.async { self.run(job) }
-        } else if wasEmpty {
+        } else if wasEmpty && !isCurrent {
+            // On the loop's own thread no wake-up is needed: it runs its jobs before it next waits.
             wake()
         }
     }
@@ -48,6 +49,6 @@ extension EventLoop: TaskExecutor, SerialExecutor {
             if batch.isEmpty { return }
             for job in batch { run(job) }
         }
-        if jobs.withLock({ !$0.queue.isEmpty }) { wake() }
+        // Jobs still queued are run after the next `epoll_wait`, which does not sleep while there are any.
     }
 }

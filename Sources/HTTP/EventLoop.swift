@@ -86,13 +86,14 @@ public final class EventLoop: @unchecked Sendable {
     /// Posts a handler's response; called from the handler's task.
     func complete(fd: Int32, id: UInt64, response: HTTPResponse) {
         // Only the first completion into an empty inbox needs a wake-up: the loop drains the whole inbox after
-        // reading the eventfd, so later ones ride along (one syscall per batch instead of one per response).
+        // reading the eventfd, so later ones ride along (one syscall per batch instead of one per response). None
+        // is needed on the loop's own thread: it checks its inbox before it next waits (``hasLocalWork``).
         let wasEmpty = inbox.withLock { items -> Bool in
             let empty = items.isEmpty
             items.append(Completion(fd: fd, id: id, response: response))
             return empty
         }
-        if wasEmpty { wake() }
+        if wasEmpty && !isCurrent { wake() }
     }
 
     // MARK: - Loop
@@ -103,7 +104,7 @@ public final class EventLoop: @unchecked Sendable {
         var lastSweep = Socket.monotonicMillis()
         var running = true
         while running {
-            let count = epoll_wait(epollFD, &events, Int32(events.count), 250)
+            let count = epoll_wait(epollFD, &events, Int32(events.count), hasLocalWork ? 0 : 250)
             let now = Socket.monotonicMillis()
             if count > 0 {
                 for i in 0..<Int(count) {
@@ -166,6 +167,12 @@ public final class EventLoop: @unchecked Sendable {
         watchers.removeAll()
         for watcher in waiting { watcher() }
         finished.withLock { $0 = true }
+    }
+
+    /// Jobs or completions that the loop's own thread queued without a wake-up: the next `epoll_wait` must not sleep.
+    /// Another thread that queues into an empty queue wakes the loop; one that finds it non-empty relies on this.
+    private var hasLocalWork: Bool {
+        jobs.withLock { !$0.queue.isEmpty } || inbox.withLock { !$0.isEmpty }
     }
 
     private func register(_ fd: Int32, events: UInt32, op: Int32) {

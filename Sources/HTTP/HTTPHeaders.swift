@@ -10,26 +10,37 @@ public struct HTTPHeaders: Sendable, Sequence, ExpressibleByDictionaryLiteral {
 
     /// Appends a field; the name is stored lower-cased.
     public mutating func add(name: String, value: String) {
-        fields.append((name.lowercased(), value))
+        fields.append((HTTPHeaders.key(name), value))
     }
 
     /// Replaces every field named `name` with one field.
     public mutating func replaceOrAdd(name: String, value: String) {
-        let key = name.lowercased()
+        let key = HTTPHeaders.key(name)
         fields.removeAll { $0.name == key }
         fields.append((key, value))
     }
 
     /// The first value of the field named `name` (any case), or nil.
     public subscript(name: String) -> String? {
-        let key = name.lowercased()
+        let key = HTTPHeaders.key(name)
         return fields.first { $0.name == key }?.value
     }
 
     /// Every value of the field named `name`, in order.
     public func values(_ name: String) -> [String] {
-        let key = name.lowercased()
-        return fields.filter { $0.name == key }.map(\.value)
+        let key = HTTPHeaders.key(name)
+        var found: [String] = []
+        for field in fields where field.name == key { found.append(field.value) }
+        return found
+    }
+
+    /// `name` lower-cased. Names in code are written lower-case already: those are used as they are, since
+    /// lower-casing allocates and every request looks up several (a few per cent of a cheap route's CPU).
+    static func key(_ name: String) -> String {
+        for byte in name.utf8 where (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")) || byte >= 0x80 {
+            return name.lowercased()
+        }
+        return name
     }
 
     public func contains(_ name: String) -> Bool { self[name] != nil }

@@ -19,14 +19,21 @@ public struct HTTPResponse: Sendable {
     public func serialized(version: HTTPVersion, keepAlive: Bool, omitBody: Bool = false) -> [UInt8] {
         var out = [UInt8]()
         out.reserveCapacity(128 + body.count)
-        out.append(contentsOf: "\(version.text) \(status) \(HTTPResponse.reasonPhrase(status))\r\n".utf8)
+        out.append(contentsOf: version.text.utf8)
+        out.append(UInt8(ascii: " "))
+        HTTPResponse.appendDecimal(status, to: &out)
+        out.append(UInt8(ascii: " "))
+        out.append(contentsOf: HTTPResponse.reasonPhrase(status).utf8)
+        out.append(contentsOf: "\r\n".utf8)
         for (name, value) in headers.fields where name != "content-length" && name != "connection" {
             out.append(contentsOf: name.utf8)
             out.append(contentsOf: ": ".utf8)
             out.append(contentsOf: value.utf8)
             out.append(contentsOf: "\r\n".utf8)
         }
-        out.append(contentsOf: "content-length: \(body.count)\r\n".utf8)
+        out.append(contentsOf: "content-length: ".utf8)
+        HTTPResponse.appendDecimal(body.count, to: &out)
+        out.append(contentsOf: "\r\n".utf8)
         if !keepAlive {
             out.append(contentsOf: "connection: close\r\n".utf8)
         } else if version == .http1_0 {
@@ -35,6 +42,16 @@ public struct HTTPResponse: Sendable {
         out.append(contentsOf: "\r\n".utf8)
         if !omitBody { out.append(contentsOf: body) }
         return out
+    }
+
+    /// A non-negative number in decimal, written without string interpolation (this runs for every response).
+    static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
+        guard value >= 10 else {
+            out.append(UInt8(ascii: "0") + UInt8(max(0, value)))
+            return
+        }
+        appendDecimal(value / 10, to: &out)
+        out.append(UInt8(ascii: "0") + UInt8(value % 10))
     }
 
     public static func reasonPhrase(_ status: Int) -> String {

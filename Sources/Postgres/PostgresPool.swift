@@ -165,7 +165,9 @@ public final class PostgresPool: Sendable {
     // MARK: - Acquire and release
 
     private func acquire() async throws -> PostgresConnection {
-        // A caller on an event loop prefers a connection of that loop: its statements then need no thread hop.
+        // A caller on an event loop prefers a connection of that loop: its statements then need no thread hop. Next
+        // comes one opened before the loops were attached (it has a thread of its own): taken once, it is replaced
+        // by one on a loop when it comes back, where left idle it would stay off the loops for good.
         let home = loops.current.map { ObjectIdentifier($0) }
         let (id, fast) = state.withLock { s -> (UInt64, Machine.AcquireAction?) in
             s.nextID += 1
@@ -177,7 +179,7 @@ public final class PostgresPool: Sendable {
                 mustWait
                     ? nil
                     : s.machine.acquire(s.nextID, at: .now) {
-                        home == nil || $0.loop.map { ObjectIdentifier($0) } == home
+                        home == nil || $0.loop == nil || $0.loop.map { ObjectIdentifier($0) } == home
                     }
             )
         }
