@@ -18,6 +18,14 @@ extension PostgresConnection {
         var steps: [Step] = []
         steps.reserveCapacity(queries.count + 1)
         for (index, query) in queries.enumerated() {
+            guard query.isPrepared else {
+                let sent = withCStrings(query.binds) { pointers in
+                    PQsendQueryParams(connection, query.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+                }
+                guard sent == 1 else { throw lost() }
+                steps.append(.execute(index: index))
+                continue
+            }
             let name: String
             if let existing = prepared[query.sql] {
                 name = existing

@@ -9,6 +9,10 @@
 public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
     public var sql: String
     public var binds: [String?]
+    /// Whether the statement is prepared once per connection and kept (the default). Set false for SQL whose text a
+    /// client shapes (a condition's operators): sent unnamed, such a statement is planned each time and never
+    /// accumulates in the connection's cache, which would otherwise grow with every new shape.
+    public var isPrepared = true
 
     public init(stringLiteral value: String) {
         sql = value

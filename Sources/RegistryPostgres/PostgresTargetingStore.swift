@@ -47,7 +47,7 @@ struct PostgresTargetingStore: TargetingStore {
             ConsentService.messaging, RegistrationState.active.rawValue,
         ]
         let predicate = Self.sql(condition, binds: &binds)
-        let query = PostgresQuery(
+        var query = PostgresQuery(
             unsafeSQL: """
                 SELECT r.fid, r.token, r.platform, r.refreshed_at FROM registrations r
                 JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = $5 AND c.granted
@@ -56,6 +56,8 @@ struct PostgresTargetingStore: TargetingStore {
                   AND (\(predicate))
                 ORDER BY r.fid LIMIT $4::int
                 """, binds: binds)
+        // The SQL's shape is the client's condition: planned each time, never kept in the connection's cache.
+        query.isPrepared = false
         return try await db.query(query).map(Self.decode)
     }
 

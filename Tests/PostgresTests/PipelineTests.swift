@@ -47,6 +47,31 @@ struct PipelineTests {
         }
     }
 
+    /// Statements sent unprepared (SQL a client shapes) run in their place in the pipeline, bind their values, fail
+    /// alone as others do, and leave nothing in the connection's statement cache however many shapes arrive.
+    @Test func unpreparedStatementsRunInOrderAndAreNotCached() async throws {
+        try await withDatabase { url in
+            let connection = try await PostgresConnection.connect(url)
+            _ = try await connection.query("SELECT \(1) AS warm")
+            let cached = await connection.prepared.count
+            for n in 0..<50 {
+                var shaped = PostgresQuery(unsafeSQL: "SELECT $1::int + \(n) AS v", binds: ["1"])
+                shaped.isPrepared = false
+                let outcomes = try await connection.pipeline(["SELECT \(n) AS before", shaped, "SELECT 2 AS after"])
+                #expect(try outcomes[0].get().first?.require("before", as: Int.self) == n)
+                #expect(try outcomes[1].get().first?.require("v", as: Int.self) == n + 1)
+                #expect(try outcomes[2].get().first?.require("after", as: Int.self) == 2)
+            }
+            #expect(await connection.prepared.count == cached + 2)
+            var failing = PostgresQuery(unsafeSQL: "SELECT 1 / $1::int AS x", binds: ["0"])
+            failing.isPrepared = false
+            let outcomes = try await connection.pipeline([failing, "SELECT 3 AS three"])
+            #expect(outcomes[0].error?.sqlState == "22012")
+            #expect(outcomes[1].error?.sqlState == PostgresConnection.notRun.sqlState)
+            #expect(connection.isHealthy && !connection.isInTransaction)
+        }
+    }
+
     /// Inside `BEGIN` a pipeline runs in the transaction: nothing is committed until `COMMIT`.
     @Test func aPipelineInsideATransactionCommitsWithIt() async throws {
         try await withDatabase { url in
