@@ -93,16 +93,19 @@ public struct RouteTable: Sendable {
     }
 
     public func match(method: String, path: String) -> Match {
-        guard path.hasPrefix("/") else { return .badPath("the path must start with '/'") }
-        var trimmed = Substring(path)
-        if trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        // By byte: `/` is a delimiter wherever it appears, and grapheme breaking (the `Character` view) was the
+        // largest part of matching.
+        let slash = UInt8(ascii: "/")
+        guard path.utf8.first == slash else { return .badPath("the path must start with '/'") }
+        var trimmed = path.utf8[...]
+        if trimmed.count > 1, trimmed.last == slash { trimmed = trimmed.dropLast() }
         let rawSegments =
-            trimmed == "/" ? [] : trimmed.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+            trimmed.count == 1 ? [] : trimmed.dropFirst().split(separator: slash, omittingEmptySubsequences: false)
         var segments: [String] = []
         segments.reserveCapacity(rawSegments.count)
         for raw in rawSegments {
             guard !raw.isEmpty else { return .notFound }
-            guard let decoded = PercentDecoding.decode(raw) else {
+            guard let decoded = PercentDecoding.decode(Substring(raw)) else {
                 return .badPath("the path has invalid percent-encoding")
             }
             segments.append(decoded)

@@ -49,6 +49,28 @@ struct RouterTests {
         #expect(p2["token"] == "a%25b")
     }
 
+    /// Paths are split by byte: a slash is a delimiter even where a combining mark follows it (as one `Character`
+    /// it would not be), raw UTF-8 in a segment is kept, and a path that does not start with a slash is refused.
+    @Test func pathsAreSplitByByte() {
+        guard case let .found(_, params, _) = router.match(method: "POST", path: "/v1/projects/é/installations")
+        else {
+            Issue.record("no match"); return
+        }
+        #expect(params["project"] == "é")
+        #expect(name("POST", "/v1/projects/p/installations/\u{301}") == nil)
+        guard
+            case let .found(_, combining, _) = router.match(
+                method: "DELETE", path: "/v1/projects/p/installations/\u{301}x")
+        else {
+            Issue.record("no match"); return
+        }
+        #expect(combining["fid"] == "\u{301}x")
+        if case .badPath = router.match(method: "GET", path: "healthz") {} else { Issue.record("expected bad path") }
+        if case .badPath = router.match(method: "GET", path: "") {} else { Issue.record("expected bad path") }
+        #expect(name("GET", "/healthz/") == "health")
+        if case .notFound = router.match(method: "GET", path: "/") {} else { Issue.record("expected 404") }
+    }
+
     @Test func aCustomVerbPathNeverFallsBackToABroaderTemplate() {
         guard
             case let .methodNotAllowed(allowed) = router.match(
