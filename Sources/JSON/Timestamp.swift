@@ -3,47 +3,67 @@ import Foundation
 /// RFC 3339 timestamps in UTC with microseconds, as Google APIs print them.
 public enum Timestamp {
     public static func rfc3339(_ date: Date) -> String {
-        let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded(.down))
-        var seconds = time_t(micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000)
-        let fraction = Int(micros - Int64(seconds) * 1_000_000)
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        // Written as bytes: this runs once per row when a topic's members are streamed.
         var out = [UInt8]()
         out.reserveCapacity(27)
-        digits(Int(parts.tm_year) + 1900, 4, &out)
+        appendRFC3339(date, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The RFC 3339 text appended as bytes (no quotes; nothing in it needs escaping in JSON): this runs once per row
+    /// when a topic's members are streamed.
+    public static func appendRFC3339(_ date: Date, to out: inout [UInt8]) {
+        let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded(.down))
+        let seconds = micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000
+        let fraction = Int(micros - Int64(seconds) * 1_000_000)
+        let days = Int(seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400)
+        let second = Int(seconds) - days * 86_400
+        let (year, month, day) = civil(days: days)
+        digits(year, 4, &out)
         out.append(UInt8(ascii: "-"))
-        digits(Int(parts.tm_mon) + 1, 2, &out)
+        digits(month, 2, &out)
         out.append(UInt8(ascii: "-"))
-        digits(Int(parts.tm_mday), 2, &out)
+        digits(day, 2, &out)
         out.append(UInt8(ascii: "T"))
-        digits(Int(parts.tm_hour), 2, &out)
+        digits(second / 3600, 2, &out)
         out.append(UInt8(ascii: ":"))
-        digits(Int(parts.tm_min), 2, &out)
+        digits(second / 60 % 60, 2, &out)
         out.append(UInt8(ascii: ":"))
-        digits(Int(parts.tm_sec), 2, &out)
+        digits(second % 60, 2, &out)
         out.append(UInt8(ascii: "."))
         digits(fraction, 6, &out)
         out.append(UInt8(ascii: "Z"))
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// `value` (0 or more) in decimal, zero-padded to at least `width` digits: for writers of fixed-format text.
     public static func digits(_ value: Int, _ width: Int, _ out: inout [UInt8]) {
-        let v = max(0, value)
-        var divisor = 1
-        var length = 1
-        while divisor <= v / 10 {
-            divisor *= 10
-            length += 1
+        // Least significant first, padded, then reversed in place: one division per digit.
+        let start = out.count
+        var rest = max(0, value)
+        repeat {
+            out.append(UInt8(ascii: "0") + UInt8(rest % 10))
+            rest /= 10
+        } while rest > 0
+        while out.count - start < width { out.append(UInt8(ascii: "0")) }
+        var (i, j) = (start, out.count - 1)
+        while i < j {
+            out.swapAt(i, j)
+            i += 1
+            j -= 1
         }
-        for _ in length..<max(length, width) { out.append(UInt8(ascii: "0")) }
-        var rest = v
-        while divisor > 0 {
-            out.append(UInt8(ascii: "0") + UInt8(rest / divisor))
-            rest %= divisor
-            divisor /= 10
-        }
+    }
+
+    /// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's `civil_from_days`): what
+    /// `gmtime_r` computes, without its time-zone machinery, once per row of a streamed page.
+    static func civil(days: Int) -> (year: Int, month: Int, day: Int) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
     /// Parses RFC 3339 (`2026-01-15T01:30:15.01Z`, `…+02:00`); nil when malformed.

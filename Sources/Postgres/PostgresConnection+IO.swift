@@ -167,22 +167,22 @@ extension PostgresConnection {
         var columns: [String] = []
         columns.reserveCapacity(columnCount)
         for c in 0..<columnCount { columns.append(String(cString: PQfname(result, Int32(c)))) }
-        var values: [[String?]] = []
-        values.reserveCapacity(rowCount)
+        var cells: [String?] = []
+        cells.reserveCapacity(rowCount * columnCount)
         for r in 0..<rowCount {
-            var row: [String?] = []
-            row.reserveCapacity(columnCount)
             for c in 0..<columnCount {
                 if PQgetisnull(result, Int32(r), Int32(c)) == 1 {
-                    row.append(nil)
+                    cells.append(nil)
                 } else {
-                    row.append(String(cString: PQgetvalue(result, Int32(r), Int32(c))))
+                    // The length is known: no scan for the terminator, and the bytes are validated once.
+                    let length = Int(PQgetlength(result, Int32(r), Int32(c)))
+                    let bytes = UnsafeRawPointer(PQgetvalue(result, Int32(r), Int32(c))!)
+                    cells.append(String(decoding: UnsafeRawBufferPointer(start: bytes, count: length), as: UTF8.self))
                 }
             }
-            values.append(row)
         }
         let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
-        return PostgresRows(columns: columns, values: values, affectedRows: affected)
+        return PostgresRows(columns: columns, cells: cells, count: rowCount, affectedRows: affected)
     }
 }
 

@@ -169,14 +169,19 @@ extension Date: PostgresEncodable, PostgresDecodable {
             if i + 3 < c.count, c[i + 3] == UInt8(ascii: ":"), let m = num(i + 4, 2) { mm = m }
             offset = sign * (hh * 3600 + mm * 60)
         }
-        var parts = tm()
-        parts.tm_year = Int32(year - 1900)
-        parts.tm_mon = Int32(month - 1)
-        parts.tm_mday = Int32(day)
-        parts.tm_hour = Int32(hour)
-        parts.tm_min = Int32(minute)
-        parts.tm_sec = Int32(second)
-        let epoch = timegm(&parts)
+        guard (1...12).contains(month), (1...31).contains(day) else { return nil }
+        let epoch = Date.days(year: year, month: month, day: day) * 86_400 + hour * 3600 + minute * 60 + second
         self.init(timeIntervalSince1970: Double(epoch - offset) + micros)
+    }
+
+    /// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's `days_from_civil`): what `timegm`
+    /// computes for the valid dates PostgreSQL prints, without its normalisation, once per row read.
+    static func days(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
     }
 }

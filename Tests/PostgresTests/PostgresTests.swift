@@ -226,3 +226,31 @@ struct PostgresTests {
         }
     }
 }
+
+/// The text timestamps PostgreSQL prints, parsed without `timegm`, held against it.
+@Suite("PostgreSQL timestamps")
+struct PostgresTimestampTests {
+    @Test func parsedTimestampsAgreeWithTimegm() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<20_000 {
+            let seconds = Int.random(in: -62_135_596_800...253_402_300_799, using: &generator)
+            let micros = Int.random(in: 0..<1_000_000, using: &generator)
+            let date = Date(timeIntervalSince1970: Double(seconds) + Double(micros) / 1_000_000)
+            guard let text = date.postgresText, let parsed = Date(postgresText: text) else {
+                Issue.record("\(seconds) did not print and parse back")
+                return
+            }
+            var t = time_t(seconds)
+            var parts = tm()
+            gmtime_r(&t, &parts)
+            let day = Date.days(year: Int(parts.tm_year) + 1900, month: Int(parts.tm_mon) + 1, day: Int(parts.tm_mday))
+            #expect(day * 86_400 + Int(parts.tm_hour) * 3600 + Int(parts.tm_min) * 60 + Int(parts.tm_sec) == seconds)
+            #expect(
+                abs(parsed.timeIntervalSince1970 - date.timeIntervalSince1970) <= 0.000_002 + 8
+                    * date.timeIntervalSince1970.ulp)
+        }
+        #expect(Date(postgresText: "2026-12-01 03:04:05.5+02")?.timeIntervalSince1970 == 1_796_087_045.5)
+        #expect(Date(postgresText: "2026-13-01 03:04:05+00") == nil)
+        #expect(Date(postgresText: "2026-12-00 03:04:05+00") == nil)
+    }
+}

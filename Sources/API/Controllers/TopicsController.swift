@@ -175,9 +175,9 @@ struct TopicsController: Sendable {
             out.append(contentsOf: #","platform":"#.utf8)
             JSONValue.appendString(t.platform.rawValue, to: &out)
             out.append(
-                contentsOf: (t.stale ? #","stale":true,"refreshTime":"# : #","stale":false,"refreshTime":"#).utf8)
-            JSONValue.appendString(Timestamp.rfc3339(t.refreshedAt), to: &out)
-            out.append(UInt8(ascii: "}"))
+                contentsOf: (t.stale ? #","stale":true,"refreshTime":""# : #","stale":false,"refreshTime":""#).utf8)
+            Timestamp.appendRFC3339(t.refreshedAt, to: &out)
+            out.append(contentsOf: #""}"#.utf8)
         }
         out.append(UInt8(ascii: "]"))
         if page.count > size, let last = page.prefix(size).last {
