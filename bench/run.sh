@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Every workload beside its reference, at c=16, 64 and 256, in one run; writes the tables into docs/benchmarks.md.
-#   bash bench/run.sh                       DURATION=5 CONCURRENCY="16 64 256" PEER=1 DB_POOL_SIZE=16
+#   bash bench/run.sh                       DURATION=10 CONCURRENCY="16 64 256" PEER=1 DB_POOL_SIZE=16
 # Workloads: /healthz (nginx with a buffered access log), refresh callback (pgbench with the callback's SQL and the
 # bare upsert; the fcm-django peer from ../shared/bench/peers registering tokens into the same PostgreSQL), create
 # installation and auth token (pgbench with the same SQL), consent change and client registration (pgbench upsert),
 # 1000-token batchAdd, and deletions with their fan-out to a linked service on loopback. Production settings: request
 # logs at info, fsync and synchronous_commit on. PEER=0 leaves the peer out (it needs PyPI for its venv).
 . "$(dirname "$0")/lib.sh"
-export DURATION=${DURATION:-5} CONCURRENCY=${CONCURRENCY:-16 64 256}
+# DURATION's default (10 s a run) is lib.sh's.
+export DURATION CONCURRENCY=${CONCURRENCY:-16 64 256}
 PEER=${PEER:-1}
 PEER_DIR=${PEER_DIR:-$REPO/../shared/bench/peers}
 build_release
