@@ -12,30 +12,76 @@ import Registry
 struct PostgresTargetingStore: TargetingStore {
     let db: Database
 
-    /// The plan a page is read with, set for its transaction only: the three keyset index scans merge-joined.
+    /// How a page joins its three keyset index scans, set for its transaction only (`set_config(…, true)`).
     ///
     /// The redundant lower bounds make the planner guess that few rows join, so left to itself it picks by the
-    /// cursor: a merge join early in a topic, but near its end a parallel hash join that reads every remaining row
-    /// (200 ms a page of 10,000; 1.2 s for a generic plan), and after five executions a generic plan with a nested
-    /// loop over consents (30–40 ms). Merged, a page of 10,000 takes 11–16 ms wherever it starts (docs/benchmarks.md).
-    static let mergedPagePlan: PostgresQuery = """
-        SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'off', true),
-            set_config('max_parallel_workers_per_gather', '0', true)
+    /// cursor: on a dense topic a merge join early on, but near its end a parallel hash join that reads every remaining
+    /// row (200 ms a page of 10,000; 1.2 s for a generic plan), and after five executions a generic plan with a nested
+    /// loop over consents (30–40 ms). So the store chooses, by the page's density (``densityProbe``):
+    /// - `merged`: merge joins only. 11–16 ms for a page of 10,000 of a dense topic wherever it starts; on a sparse
+    ///   topic it would read every registration between two subscribers (782 ms a page of a 1 % topic).
+    /// - `lookedUp`: nested loops over the primary keys, a cost per subscriber, whatever lies between them.
+    enum PagePlan: String {
+        case merged, lookedUp
+
+        var settings: PostgresQuery {
+            switch self {
+            case .merged:
+                return """
+                    SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'off', true),
+                        set_config('max_parallel_workers_per_gather', '0', true)
+                    """
+            case .lookedUp:
+                return """
+                    SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+                        set_config('max_parallel_workers_per_gather', '0', true)
+                    """
+            }
+        }
+    }
+
+    /// How many registrations lie between the cursor and the page's last subscriber, counted up to ``denseSpan``
+    /// times the page (two index-only scans of at most that many entries). Fewer than that: the topic is dense enough
+    /// here for a merge. Measured: a merge costs about 0.6 µs per registration it passes, a look-up about 21–25 µs per
+    /// subscriber, so they break even near 35 registrations per subscriber (docs/benchmarks.md). The line is drawn at
+    /// 16, which keeps the probe of a sparse page short (it reads up to 16 entries per row of the page).
+    static let denseSpan = 16
+
+    static func densityProbe(projectID: String, topic: String, after: String, limit: Int) -> PostgresQuery {
         """
+        SELECT count(*) AS span FROM (
+            SELECT 1 FROM registrations r WHERE r.project_id = \(projectID) AND r.fid > \(after)
+              AND r.fid <= (SELECT max(fid) FROM (
+                  SELECT fid FROM topic_subscriptions WHERE project_id = \(projectID) AND topic = \(topic)
+                    AND fid > \(after) ORDER BY fid LIMIT \(limit)) page)
+            LIMIT \(denseSpan * limit)) x
+        """
+    }
 
     func members(topic: String, filter: TargetFilter) async throws -> [LiveRegistration] {
-        let page: PostgresQuery = """
-            SELECT r.fid, r.token, r.platform, r.refreshed_at FROM topic_subscriptions ts
+        let after = filter.after ?? ""
+        // One prepared statement per plan (the comment tells them apart): a cached plan is never reused under the
+        // other plan's settings.
+        func page(_ plan: PagePlan) -> PostgresQuery {
+            """
+            SELECT /* \(unsafeSQL: plan.rawValue) */ r.fid, r.token, r.platform, r.refreshed_at
+            FROM topic_subscriptions ts
             JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
             JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid
                 AND c.purpose = \(ConsentService.messaging) AND c.granted
-            WHERE ts.project_id = \(filter.projectID) AND ts.topic = \(topic) AND ts.fid > \(filter.after ?? "")
-              AND r.fid > \(filter.after ?? "") AND c.fid > \(filter.after ?? "")
+            WHERE ts.project_id = \(filter.projectID) AND ts.topic = \(topic) AND ts.fid > \(after)
+              AND r.fid > \(after) AND c.fid > \(after)
               AND r.state = \(RegistrationState.active.rawValue) AND r.refreshed_at > \(filter.expiredBefore)
             ORDER BY ts.fid LIMIT \(filter.limit)
             """
+        }
         return try await db.transaction { connection in
-            let outcomes = try await connection.pipeline([Self.mergedPagePlan, page])
+            let span: Int =
+                try await connection.query(
+                    Self.densityProbe(projectID: filter.projectID, topic: topic, after: after, limit: filter.limit)
+                ).first?.require("span") ?? 0
+            let plan: PagePlan = span < Self.denseSpan * filter.limit ? .merged : .lookedUp
+            let outcomes = try await connection.pipeline([plan.settings, page(plan)])
             _ = try outcomes[0].get()
             return try outcomes[1].get().map(Self.decode)
         }
