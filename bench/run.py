@@ -238,6 +238,7 @@ def level(c, f):
     row["fanout_done"] = not deletions_pending(f)
     row["notices"] = Receiver.received - started
     # More notices than deletions means retries: say which failures caused them.
+    print("deliveries (attempts|state|last error|count) and deletions (reason|FID prefix|count):", flush=True)
     print(psql("""SELECT attempts, state, coalesce(left(last_error, 80), '-'), count(*) FROM deletion_deliveries
                   GROUP BY 1, 2, 3 ORDER BY 4 DESC LIMIT 6"""), flush=True)
     print(psql("SELECT reason, left(fid, 4), count(*) FROM deletions GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 6"), flush=True)
