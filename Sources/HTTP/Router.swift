@@ -112,50 +112,71 @@ public struct RouteTable: Sendable {
         }
         // The most specific templates that match the path decide, whatever the method: a path that names a custom
         // verb (`…/{token}:sendability`) never falls back to a broader template (`…/{token}`) for another method.
-        var candidates: [(route: Route, params: [String: String])] = []
-        for route in routes where route.segments.count == segments.count {
-            guard let params = RouteTable.bind(route.segments, to: segments) else { continue }
+        // Templates are tested without allocating; only the winner's parameters are bound.
+        var candidates: [Int] = []
+        for (position, route) in routes.enumerated() where route.segments.count == segments.count {
+            guard RouteTable.matches(route.segments, segments) else { continue }
             if let first = candidates.first {
-                if RouteTable.isMoreSpecific(route.segments, than: first.route.segments) {
-                    candidates = [(route, params)]
-                } else if !RouteTable.isMoreSpecific(first.route.segments, than: route.segments) {
-                    candidates.append((route, params))
+                if RouteTable.isMoreSpecific(route.segments, than: routes[first].segments) {
+                    candidates.removeAll(keepingCapacity: true)
+                    candidates.append(position)
+                } else if !RouteTable.isMoreSpecific(routes[first].segments, than: route.segments) {
+                    candidates.append(position)
                 }
             } else {
-                candidates.append((route, params))
+                candidates.append(position)
             }
         }
-        if let hit = candidates.first(where: { $0.route.method == method })
-            ?? (method == "HEAD" ? candidates.first(where: { $0.route.method == "GET" }) : nil)
+        if let hit = candidates.first(where: { routes[$0].method == method })
+            ?? (method == "HEAD" ? candidates.first(where: { routes[$0].method == "GET" }) : nil)
         {
-            return .found(hit.route.index, parameters: hit.params, template: hit.route.template)
+            let route = routes[hit]
+            return .found(
+                route.index, parameters: RouteTable.bind(route.segments, to: segments), template: route.template)
         }
         guard !candidates.isEmpty else { return .notFound }
         var allowed: [String] = []
-        for candidate in candidates where !allowed.contains(candidate.route.method) {
-            allowed.append(candidate.route.method)
+        for candidate in candidates where !allowed.contains(routes[candidate].method) {
+            allowed.append(routes[candidate].method)
         }
         if allowed.contains("GET") && !allowed.contains("HEAD") { allowed.append("HEAD") }
         return .methodNotAllowed(allowed: allowed)
     }
 
-    static func bind(_ template: [Segment], to segments: [String]) -> [String: String]? {
-        var params: [String: String] = [:]
+    /// Whether `segments` fit the template: its literals equal, its verbs present after a non-empty parameter.
+    static func matches(_ template: [Segment], _ segments: [String]) -> Bool {
         for i in 0..<template.count {
-            let value = segments[i]
             switch template[i] {
             case let .literal(text):
-                guard text == value else { return nil }
-            case let .param(name):
-                params[name] = value
-            case let .paramVerb(name, verb):
-                guard let colon = value.lastIndex(of: ":"), value[value.index(after: colon)...] == verb,
-                    colon > value.startIndex
-                else { return nil }
-                params[name] = String(value[..<colon])
+                guard text == segments[i] else { return false }
+            case .param:
+                continue
+            case let .paramVerb(_, verb):
+                guard verbSplit(segments[i], verb: verb) != nil else { return false }
+            }
+        }
+        return true
+    }
+
+    /// The parameters of a path that ``matches(_:_:)`` the template.
+    static func bind(_ template: [Segment], to segments: [String]) -> [String: String] {
+        var params: [String: String] = Dictionary(minimumCapacity: template.count)
+        for i in 0..<template.count {
+            switch template[i] {
+            case .literal: continue
+            case let .param(name): params[name] = segments[i]
+            case let .paramVerb(name, verb): params[name] = verbSplit(segments[i], verb: verb).map { String($0) }
             }
         }
         return params
+    }
+
+    /// The parameter of `value` when it is `<non-empty parameter>:<verb>`.
+    private static func verbSplit(_ value: String, verb: String) -> Substring? {
+        guard let colon = value.utf8.lastIndex(of: UInt8(ascii: ":")), colon > value.startIndex,
+            value.utf8[value.utf8.index(after: colon)...].elementsEqual(verb.utf8)
+        else { return nil }
+        return value[..<colon]
     }
 
     static func isMoreSpecific(_ a: [Segment], than b: [Segment]) -> Bool {

@@ -119,20 +119,37 @@ public struct TextArray: PostgresEncodable {
 
 /// Timestamps travel as `timestamptz` text in UTC with microseconds; sessions run with `TimeZone=UTC`.
 extension Date: PostgresEncodable, PostgresDecodable {
+    /// The instant to the microsecond (rounded down), as `J<Julian day number> HH:MM:SS.ffffff+00`: PostgreSQL reads a
+    /// Julian day as a date, so no calendar is computed here (this runs for every timestamp of every write).
+    /// Instants before Julian day 0 (4714 BC) or after the year 280,000 are PostgreSQL's `-infinity` and `infinity`.
     public var postgresText: String? {
-        let micros = (timeIntervalSince1970 * 1_000_000).rounded(.down)
-        var seconds = time_t(Int64((micros / 1_000_000).rounded(.down)))
-        let fraction = Int64(micros) - Int64(seconds) * 1_000_000
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        func pad(_ v: Int32, _ n: Int) -> String {
-            let s = String(v)
-            return String(repeating: "0", count: max(0, n - s.count)) + s
+        let seconds = timeIntervalSince1970
+        guard seconds >= -210_866_803_200, seconds < 8.8e12 else { return seconds > 0 ? "infinity" : "-infinity" }
+        let micros = Int64((seconds * 1_000_000).rounded(.down))
+        let perDay: Int64 = 86_400_000_000
+        let days = micros >= 0 ? micros / perDay : (micros + 1) / perDay - 1
+        let ofDay = Int(micros - days * perDay)
+        var out: [UInt8] = [UInt8(ascii: "J")]
+        out.reserveCapacity(32)
+        out.append(contentsOf: String(days + 2_440_588).utf8)
+        // Fixed widths: each field's digits from the most significant.
+        func field(_ value: Int, scale: Int) {
+            var scale = scale
+            while scale > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(value / scale % 10))
+                scale /= 10
+            }
         }
-        let frac = String(fraction)
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2)) "
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))."
-            + String(repeating: "0", count: 6 - frac.count) + frac + "+00"
+        out.append(UInt8(ascii: " "))
+        field(ofDay / 3_600_000_000, scale: 10)
+        out.append(UInt8(ascii: ":"))
+        field(ofDay / 60_000_000 % 60, scale: 10)
+        out.append(UInt8(ascii: ":"))
+        field(ofDay / 1_000_000 % 60, scale: 10)
+        out.append(UInt8(ascii: "."))
+        field(ofDay % 1_000_000, scale: 100_000)
+        out.append(contentsOf: "+00".utf8)
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Parses `YYYY-MM-DD HH:MM:SS[.ffffff]+00` (or `Z`, `±HH[:MM]`).
