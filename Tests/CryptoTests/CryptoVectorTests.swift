@@ -94,6 +94,31 @@ struct CryptoVectorTests {
     }
 }
 
+@Suite("ES256 keys shared by threads")
+struct ES256ConcurrencyTests {
+    /// One key signs and verifies on many threads at once, each from a copy of the key's prepared context.
+    @Test func oneKeySignsAndVerifiesOnManyThreads() async throws {
+        let key = try ES256PrivateKey.generate()
+        let verifier = try ES256PublicKey(x: key.publicKey.x, y: key.publicKey.y)
+        let failures = try await withThrowingTaskGroup(of: Int.self) { group in
+            for worker in 0..<8 {
+                group.addTask {
+                    var failures = 0
+                    for i in 0..<200 {
+                        let message = Array("header.payload.\(worker).\(i)".utf8)
+                        let signature = try key.sign(message)
+                        if !verifier.verify(signature: signature, for: message) { failures += 1 }
+                        if key.publicKey.verify(signature: signature, for: message + [0]) { failures += 1 }
+                    }
+                    return failures
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(failures == 0)
+    }
+}
+
 @Suite("RS256")
 struct RS256Tests {
     @Test func signsVerifiesAndRoundTripsThroughPEM() throws {
