@@ -126,6 +126,8 @@ public struct DeletionPolicy: Sendable {
     public var expireAfter: TimeInterval = 270 * 86_400
     /// Change-feed events are kept this long.
     public var eventRetention: TimeInterval = 7 * 86_400
+    /// How long one jobs run goes on delivering due notices, batch after batch.
+    public var deliveryRunBudget: TimeInterval = 5
     /// Where notices may go: never inside the network unless allowed (and only to listed hosts, when listed).
     public var endpoints = EndpointPolicy()
 

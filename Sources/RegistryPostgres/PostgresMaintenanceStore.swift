@@ -35,9 +35,35 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 try await c.query("DELETE FROM events WHERE project_id = \(project) AND fid = \(fid)")
                 try await c.query("DELETE FROM event_outbox WHERE project_id = \(project) AND fid = \(fid)")
             }
-            try await c.query("DELETE FROM events WHERE created_at < \(eventsBefore)")
+            try await Self.dropEvents(before: eventsBefore, on: c)
             return purged.count
         }
+    }
+
+    /// At most this many feed events are dropped a round (a round is `JOBS_INTERVAL_SECONDS`).
+    static let eventsDroppedPerRound = 100_000
+
+    /// Drops the oldest feed events, those before the first one at or after `before` in feed order.
+    ///
+    /// Events are numbered as they are relayed, and their times almost follow the numbers (a long transaction's event
+    /// can be older than one numbered before it). So the feed is read from its head in `seq` order, which costs the
+    /// rows dropped and one more, not the table: the filter on `created_at` it replaced has no index and scanned every
+    /// event every round (73 ms a round over 870,000 events in the bench, growing with the retention). A young event is
+    /// never dropped; an old one numbered after a young one goes in a later round.
+    static func dropEvents(before: Date, on c: PostgresConnection) async throws {
+        let due = try await c.query(
+            "SELECT created_at < \(before) AS due FROM events ORDER BY seq LIMIT 1"
+        ).first?.decode("due", as: Bool.self)
+        guard due == true else { return }
+        try await c.query(
+            """
+            WITH head AS MATERIALIZED (
+                SELECT seq, created_at FROM events ORDER BY seq LIMIT \(eventsDroppedPerRound)
+            ), young AS (
+                SELECT min(seq) AS seq FROM head WHERE created_at >= \(before)
+            )
+            DELETE FROM events e USING head, young WHERE e.seq = head.seq AND (young.seq IS NULL OR head.seq < young.seq)
+            """)
     }
 
     func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int {

@@ -27,11 +27,12 @@ public struct DeliveryJob: Sendable {
         return claimed.count
     }
 
-    /// Delivers due notices batch after batch until none is left or `budget` has passed, so a burst of deletions
-    /// is fanned out within the run instead of `batch` notices per jobs interval.
+    /// Delivers due notices batch after batch until none is left or the policy's ``DeletionPolicy/deliveryRunBudget``
+    /// has passed, so a burst of deletions is fanned out within the run instead of `batch` notices per jobs interval.
     ///
     /// - Returns: how many were attempted.
-    public func drain(batch: Int = 50, budget: Duration = .seconds(5)) async throws -> Int {
+    public func drain(batch: Int = 50) async throws -> Int {
+        let budget = Duration.milliseconds(Int64(policy.deliveryRunBudget * 1000))
         let started = ContinuousClock.now
         var attempted = 0
         while true {

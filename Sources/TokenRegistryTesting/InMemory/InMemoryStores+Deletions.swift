@@ -158,7 +158,8 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
             outbox.removeAll { $0.projectID == deletion.projectID && $0.fid == deletion.fid }
             count += 1
         }
-        feed.removeAll { $0.event.time < eventsBefore }
+        // As on PostgreSQL: the events before the first one at or after `eventsBefore`, in feed order.
+        feed.removeSubrange(..<(feed.firstIndex { $0.event.time >= eventsBefore } ?? feed.endIndex))
         return count
     }
 
