@@ -106,7 +106,13 @@ def wrk(name, conns, url, script, env=None, args=()):
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errors += sum(map(int, sock.groups())) if sock else 0
     cpu = {g: (after[g] - before[g]) * 1000 / TICK / max(done, 1) for g in GROUPS}
-    return {"name": name, "rps": rps, "p50": pct(50), "p99": pct(99), "errors": errors, "cpu": cpu}
+    # wrk keeps one request in flight per connection, so by Little's law its mean latency is at most conns / rps. A
+    # mean well above that (seen in some runs here) means its latency figures for the run are not per request.
+    m = re.search(r"Latency\s+([\d.]+)(us|ms|s)", out)
+    mean = float(m.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[m.group(2)] if m else float("nan")
+    bound = conns / rps * 1000 if rps else float("nan")
+    little = (mean, bound) if mean > 1.25 * bound + 0.5 else None
+    return {"name": name, "rps": rps, "p50": pct(50), "p99": pct(99), "errors": errors, "cpu": cpu, "little": little}
 
 
 def pgbench(name, conns, script, defines=()):
@@ -264,10 +270,17 @@ def table(c, rows):
             extra = f" ({r['notices']:,} notices; {done} {r['fanout_s']:.1f} s after the last delete)"
         if r["name"].startswith("batchAdd"):
             extra = f" (= {r['rps'] * 1000:,.0f} subscriptions/s)"
+        mark = " †" if r.get("little") else ""
         out.append(
-            f"| {r['name']}{extra} | {fmt(r['rps'])} | {fmt(r['p50'], 2)} | {fmt(r['p99'], 2)} | {r['errors']} | "
+            f"| {r['name']}{extra} | {fmt(r['rps'])} | {fmt(r['p50'], 2)} | {fmt(r['p99'], 2)}{mark} | {r['errors']} | "
             f"{fmt(cpu.get('service', float('nan')), 3)} | {fmt(cpu.get('postgres', float('nan')), 3)} | "
             f"{fmt(cpu.get('peer', float('nan')), 3) if GROUPS['peer'] else '–'} | {ref or ''} | {ratio} |")
+    for r, _ in rows:
+        if r.get("little"):
+            mean, bound = r["little"]
+            out.append(f"\n† {r['name']}: wrk's mean latency, {mean:.1f} ms, is above what {c} connections allow at "
+                       f"{r['rps']:,.0f} req/s ({bound:.1f} ms, Little's law): its latency figures for this run are "
+                       "not per request (the service's request log has each request's duration).")
     return "\n".join(out)
 
 
