@@ -1,6 +1,9 @@
 import JSON
+import Synchronization
 import Testing
 import TokenRegistryTesting
+
+@testable import API
 
 @Suite("Ops routes and errors", .enabled(if: TestDatabase.isAvailable))
 struct OpsTests {
@@ -74,5 +77,28 @@ struct OpsTests {
             #expect(s.app.isDraining)
             await drain.value
         }
+    }
+}
+
+/// The database's gauges for `/metrics` are read once per interval, however many scrapes arrive at once.
+@Suite("Gauge cache")
+struct GaugeCacheTests {
+    @Test func concurrentScrapesShareOneRound() async {
+        let cache = GaugeCache()
+        let rounds = Atomic<Int>(0)
+        let load: @Sendable () async -> [String] = {
+            let round = rounds.add(1, ordering: .relaxed).newValue
+            try? await Task.sleep(for: .milliseconds(200))
+            return ["round \(round)"]
+        }
+        let answers = await withTaskGroup(of: [String].self) { group in
+            for _ in 0..<50 { group.addTask { await cache.lines(load) } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(rounds.load(ordering: .relaxed) == 1)
+        #expect(answers.count == 50 && answers.allSatisfy { $0 == ["round 1"] })
+        // Within the interval, a later scrape is answered from the same round.
+        #expect(await cache.lines(load) == ["round 1"])
+        #expect(rounds.load(ordering: .relaxed) == 1)
     }
 }

@@ -5,16 +5,22 @@ import Registry
 import Synchronization
 
 /// The gauges read from the database for `/metrics`, kept for a few seconds: scrapes, however frequent and from
-/// however many scrapers, cost the database at most one round of aggregate queries per interval.
+/// however many scrapers, cost the database at most one round of aggregate queries per interval. Scrapes that arrive
+/// while a round is running wait for it instead of starting their own (a burst of requests to an unprotected
+/// `/metrics` costs one round, not one each).
 final class GaugeCache: Sendable {
     static let ttl: Duration = .seconds(5)
-    private let cached = Mutex<(at: ContinuousClock.Instant, lines: [String])?>(nil)
+    /// The latest round, from when it started; it may still be running.
+    private let latest = Mutex<(started: ContinuousClock.Instant, round: Task<[String], Never>)?>(nil)
 
-    func lines(_ load: () async -> [String]) async -> [String] {
-        if let hit = cached.withLock({ $0 }), ContinuousClock.now - hit.at < GaugeCache.ttl { return hit.lines }
-        let lines = await load()
-        cached.withLock { $0 = (.now, lines) }
-        return lines
+    func lines(_ load: @escaping @Sendable () async -> [String]) async -> [String] {
+        let round = latest.withLock { latest -> Task<[String], Never> in
+            if let latest, ContinuousClock.now - latest.started < GaugeCache.ttl { return latest.round }
+            let round = Task { await load() }
+            latest = (.now, round)
+            return round
+        }
+        return await round.value
     }
 }
 
