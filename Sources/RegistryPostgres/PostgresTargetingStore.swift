@@ -38,9 +38,10 @@ struct PostgresTargetingStore: TargetingStore {
     /// ``denseSpan`` times the sample (two index-only scans of at most that many entries). Fewer than that: the topic
     /// is dense enough here for a merge. The sample is the page's first ``probeSample`` subscribers, not the whole
     /// page: FIDs are random, so the density of the first thousand is the page's, and the probe reads a tenth as much
-    /// (it was 3 ms of a dense page's 27 ms, 20 ms of a tenth-density page's 90 ms). Measured: a merge costs about 0.6 µs per registration it passes, a look-up about 21–25 µs per
-    /// subscriber, so they break even near 35 registrations per subscriber (docs/benchmarks.md). The line is drawn at
-    /// 16, which keeps the probe of a sparse page short (it reads up to 16 entries per row of the page).
+    /// (it was 3 ms of a dense page's 27 ms, 20 ms of a tenth-density page's 90 ms). Measured: a merge costs about
+    /// 0.6 µs per registration it passes, a look-up about 21–25 µs per subscriber, so they break even near 35
+    /// registrations per subscriber (docs/benchmarks.md). The line is drawn at 16, which keeps the probe of a sparse
+    /// page short (it reads up to 16 entries per subscriber of the sample).
     static let denseSpan = 16
     static let probeSample = 1000
 
