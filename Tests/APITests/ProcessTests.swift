@@ -44,7 +44,9 @@ struct ProcessTests {
     }
 
     @Test func readinessFollowsTheDatabase() async throws {
-        let root = "/tmp/tr-readyz-\(UUID().uuidString.prefix(8))"
+        try await Self.stopAbandonedClusters()
+        // Named by this process, so a later run can tell the cluster was abandoned if this one dies mid-test.
+        let root = "\(Self.clusterPrefix)\(getpid())-\(UUID().uuidString.prefix(8))"
         let port = ServiceProcess.freePort()
         let env = ["PG_ROOT": root, "PG_PORT": String(port)]
         try await shell("scripts/pg-test-cluster.sh start", environment: env)
@@ -65,6 +67,45 @@ struct ProcessTests {
         service.signal(SIGTERM)
         #expect(try await service.waitForExit() == 0)
         try await shell("scripts/pg-test-cluster.sh stop; rm -rf \(root)", environment: env)
+    }
+
+    static let clusterPrefix = "/tmp/tr-readyz-"
+
+    /// Stops and removes the private clusters of earlier test processes that died mid-test (a crash of the test
+    /// process skips the clean-up, and their PostgreSQL kept running).
+    static func stopAbandonedClusters() async throws {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/tmp")) ?? []
+        for name in names where "/tmp/\(name)".hasPrefix(clusterPrefix) {
+            let owner = name.dropFirst(clusterPrefix.count - "/tmp/".count).prefix { $0 != "-" }
+            // No such process: the owner is gone (a running owner, or one of another user, is left alone).
+            guard let pid = pid_t(owner), kill(pid, 0) != 0, errno == ESRCH else { continue }
+            _ = try await shell(
+                "scripts/pg-test-cluster.sh stop; rm -rf /tmp/\(name)", environment: ["PG_ROOT": "/tmp/\(name)"])
+        }
+    }
+
+    @Test func anAbandonedClusterIsStoppedByTheNextRun() async throws {
+        // A process that exits at once leaves its pid unused for now (pids are not reused until they wrap).
+        let gone = try await shell("bash -c 'echo $$'").trimmingCharacters(in: .whitespacesAndNewlines)
+        let root = "\(Self.clusterPrefix)\(gone)-abandon"
+        let env = ["PG_ROOT": root, "PG_PORT": String(ServiceProcess.freePort())]
+        try await shell("scripts/pg-test-cluster.sh start", environment: env)
+        let postmaster = try String(contentsOfFile: "\(root)/data/postmaster.pid", encoding: .utf8)
+        let pid = try #require(pid_t(postmaster.prefix { $0 != "\n" }))
+        #expect(Self.isRunning(pid))
+        try await Self.stopAbandonedClusters()
+        #expect(!FileManager.default.fileExists(atPath: root))
+        // `pg_ctl stop` returns once the pid file is gone, a moment before the postmaster's exit.
+        for _ in 0..<50 where Self.isRunning(pid) { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(!Self.isRunning(pid))
+    }
+
+    /// A process that exists and has not exited (an exited postmaster may wait as a zombie for its reaper).
+    static func isRunning(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return false }
+        return stat[stat.index(close, offsetBy: 2)] != "Z"
     }
 
     @Test func jobsRunOnceAtAGivenTime() async throws {
