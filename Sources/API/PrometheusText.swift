@@ -21,12 +21,21 @@ enum PrometheusText {
         return lines
     }
 
-    static func connectionGauges(inUse: Int, idle: Int, waiting: Int) -> [String] {
+    static func storeStatistics(_ s: StoreStatistics) -> [String] {
         [
             "# HELP db_pool_connections Database connections by state.", "# TYPE db_pool_connections gauge",
-            "db_pool_connections{state=\"in_use\"} \(inUse)", "db_pool_connections{state=\"idle\"} \(idle)",
+            "db_pool_connections{state=\"in_use\"} \(s.inUse)", "db_pool_connections{state=\"idle\"} \(s.idle)",
             "# HELP db_pool_waiting Requests waiting for a database connection.", "# TYPE db_pool_waiting gauge",
-            "db_pool_waiting \(waiting)",
+            "db_pool_waiting \(s.waiting)",
+            "# HELP db_group_commit_queued_writes Writes waiting for a group commit.",
+            "# TYPE db_group_commit_queued_writes gauge", "db_group_commit_queued_writes \(s.queuedWrites)",
+            "# HELP db_group_commit_transactions_total Transactions run by group commit (a batch, or a write retried alone).",
+            "# TYPE db_group_commit_transactions_total counter", "db_group_commit_transactions_total \(s.groupCommits)",
+            "# HELP db_group_commit_writes_total Writes committed in group commit's batches (÷ transactions: the mean batch).",
+            "# TYPE db_group_commit_writes_total counter", "db_group_commit_writes_total \(s.groupCommittedWrites)",
+            "# HELP db_group_commit_retried_alone_total Writes run again alone after another write failed their batch.",
+            "# TYPE db_group_commit_retried_alone_total counter",
+            "db_group_commit_retried_alone_total \(s.writesRetriedAlone)",
         ]
     }
 

@@ -36,7 +36,9 @@ enum ChildProcess {
         var template = Array("/tmp/token-registry-child-XXXXXX".utf8CString)
         let outputFD = keepOutput ? mkstemp(&template) : open("/dev/null", O_WRONLY)
         guard outputFD >= 0 else { throw Failure(description: "cannot create an output file: errno \(errno)") }
-        let outputPath = keepOutput ? String(cString: template) : nil
+        let outputPath =
+            keepOutput
+            ? String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
         defer {
             close(outputFD)
             if let outputPath { unlink(outputPath) }

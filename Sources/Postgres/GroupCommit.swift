@@ -47,6 +47,11 @@ final class GroupCommitter: Sendable {
     /// How long a write may wait in the queue for its batch.
     let queueTimeout: Duration
     private let state = Mutex(State())
+    /// Transactions run, the writes they carried, and writes run again alone after their batch failed: for metrics
+    /// (writes ÷ transactions is the mean batch).
+    let transactions = Atomic<Int>(0)
+    let statements = Atomic<Int>(0)
+    let retriedAlone = Atomic<Int>(0)
 
     /// Writes waiting for a batch, in every lane.
     var queued: Int { state.withLock { $0.lanes.values.reduce(0) { $0 + $1.waiting.count } } }
@@ -97,8 +102,12 @@ final class GroupCommitter: Sendable {
             outcomes = try await pool.withConnection { connection in
                 let ordered = order.map { queries[$0] }
                 var results = try await connection.pipeline(ordered)
+                transactions.add(1, ordering: .relaxed)
+                statements.add(ordered.count, ordering: .relaxed)
                 if results.count > 1, results.contains(where: { if case .failure = $0 { true } else { false } }) {
                     // The transaction rolled back every statement: each runs again alone, for its own answer.
+                    retriedAlone.add(ordered.count, ordering: .relaxed)
+                    transactions.add(ordered.count, ordering: .relaxed)
                     results = []
                     for statement in ordered { results.append(try await connection.pipeline([statement])[0]) }
                 }

@@ -48,6 +48,11 @@ public final class PostgresPool: Sendable {
         public let idleOnLoops: Int
         /// Writes queued for a group commit behind the transactions running.
         public let queuedWrites: Int
+        /// Since the pool opened: group commit's transactions, the writes they carried, and writes run again alone
+        /// after a failure in their batch.
+        public var groupCommits = 0
+        public var groupCommittedWrites = 0
+        public var writesRetriedAlone = 0
     }
 
     /// What a waiter is handed: a connection, or a reserved slot to open one in.
@@ -99,11 +104,15 @@ public final class PostgresPool: Sendable {
 
     public var statistics: Statistics {
         let queued = committer.queued
-        return state.withLock {
+        var statistics = state.withLock {
             Statistics(
                 inUse: $0.machine.inUse, idle: $0.machine.idleCount, waiting: $0.machine.waiting,
                 idleOnLoops: $0.machine.idle.count { $0.loop != nil }, queuedWrites: queued)
         }
+        statistics.groupCommits = committer.transactions.load(ordering: .relaxed)
+        statistics.groupCommittedWrites = committer.statements.load(ordering: .relaxed)
+        statistics.writesRetriedAlone = committer.retriedAlone.load(ordering: .relaxed)
+        return statistics
     }
 
     /// Runs `body` with a connection taken from the pool and returned afterwards.

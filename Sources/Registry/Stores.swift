@@ -42,12 +42,28 @@ public struct RegistryStores: Sendable {
     }
 }
 
+/// A store's connections and its batching of writes, for metrics.
+public struct StoreStatistics: Sendable, Equatable {
+    /// Connections in use and idle, and callers waiting for one.
+    public var inUse = 0
+    public var idle = 0
+    public var waiting = 0
+    /// Writes queued for a group commit now; since start, the transactions group commit ran, the writes they
+    /// carried (writes ÷ transactions is the mean batch), and writes run again alone after a failure in their batch.
+    public var queuedWrites = 0
+    public var groupCommits = 0
+    public var groupCommittedWrites = 0
+    public var writesRetriedAlone = 0
+
+    public init() {}
+}
+
 /// Whether the store can serve, for readiness and metrics.
 public protocol StoreHealth: Sendable {
     /// Nil when ready; otherwise why not (unreachable, schema not current).
     func unreadiness() async -> String?
-    /// Connections in use, idle, and callers waiting for one.
-    var connections: (inUse: Int, idle: Int, waiting: Int) { get }
+    /// Connections and batched writes, for metrics.
+    var statistics: StoreStatistics { get }
     /// Releases the store's connections; called once, at shutdown.
     func close()
 }

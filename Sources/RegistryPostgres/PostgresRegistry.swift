@@ -101,9 +101,15 @@ struct PostgresStoreHealth: StoreHealth {
         }
     }
 
-    var connections: (inUse: Int, idle: Int, waiting: Int) {
-        let statistics = pool.statistics
-        return (statistics.inUse, statistics.idle, statistics.waiting)
+    var statistics: StoreStatistics {
+        let pool = pool.statistics
+        var statistics = StoreStatistics()
+        (statistics.inUse, statistics.idle, statistics.waiting) = (pool.inUse, pool.idle, pool.waiting)
+        statistics.queuedWrites = pool.queuedWrites
+        statistics.groupCommits = pool.groupCommits
+        statistics.groupCommittedWrites = pool.groupCommittedWrites
+        statistics.writesRetriedAlone = pool.writesRetriedAlone
+        return statistics
     }
 
     func close() {

@@ -25,6 +25,10 @@ struct OpsTests {
                 ))
             #expect(metrics.text.contains("http_open_connections"))
             #expect(metrics.text.contains("db_pool_connections{state=\"idle\"}"))
+            // The installation was written by group commit: one transaction, one write.
+            #expect(metrics.text.contains("db_group_commit_transactions_total 1\n"))
+            #expect(metrics.text.contains("db_group_commit_writes_total 1\n"))
+            #expect(metrics.text.contains("db_group_commit_retried_alone_total 0\n"))
         }
     }
 

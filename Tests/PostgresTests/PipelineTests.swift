@@ -183,6 +183,35 @@ struct PipelineTests {
             #expect(stored.count == 2)
         }
     }
+
+    /// The pool counts group commit's transactions, the writes they carry and the writes retried alone (what
+    /// /metrics shows): two writes wait on a lock alone, five queue behind them, one of the five is bad.
+    @Test func groupCommitIsCounted() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4))
+            try await pool.query("CREATE TABLE g (k text PRIMARY KEY CHECK (k <> 'bad'))")
+            let second = try await SecondSession(conninfo: url)
+            try await second.execute("BEGIN; LOCK TABLE g IN EXCLUSIVE MODE")
+            func write(_ key: String) -> Task<Void, Never> {
+                Task { _ = try? await pool.groupCommitted("INSERT INTO g VALUES (\(key))", key: key) }
+            }
+            let leaders = ["l0", "l1"].map(write)
+            try await second.waitUntilBlocked(2)
+            let queued = ["q0", "q1", "bad", "q2", "q3"].map(write)
+            let deadline = ContinuousClock.now + .seconds(10)
+            while pool.statistics.queuedWrites < 5, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            try await second.execute("COMMIT")
+            for task in leaders + queued { await task.value }
+            let statistics = pool.statistics
+            // Two alone, one batch of five that the bad write failed, then the five again one by one.
+            #expect(statistics.groupCommittedWrites == 7)
+            #expect(statistics.writesRetriedAlone == 5)
+            #expect(statistics.groupCommits == 2 + 1 + 5)
+            #expect(try await pool.query("SELECT count(*) AS n FROM g").first?.require("n", as: Int.self) == 6)
+        }
+    }
 }
 
 extension Result {

@@ -70,10 +70,8 @@ struct OpsController: Sendable {
                 throw refused
             }
         }
-        let connections = health.connections
         var extra = serverGauges()
-        extra += PrometheusText.connectionGauges(
-            inUse: connections.inUse, idle: connections.idle, waiting: connections.waiting)
+        extra += PrometheusText.storeStatistics(health.statistics)
         // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
         extra += await gauges.lines {
             var lines: [String] = []

@@ -74,7 +74,7 @@ extension InMemoryStores: CatalogStore, SigningKeyStore, StoreHealth {
 
     public func unreadiness() async -> String? { nil }
 
-    public nonisolated var connections: (inUse: Int, idle: Int, waiting: Int) { (0, 0, 0) }
+    public nonisolated var statistics: StoreStatistics { StoreStatistics() }
 
     public nonisolated func close() {}
 }
