@@ -20,17 +20,16 @@ struct DeletionCountTests {
             // No linked service: each deletion is done at once.
             for _ in 0..<3 {
                 let i = try await f.installation()
-                #expect(try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .server))
+                #expect(try await f.delete(i, reason: .server))
             }
             #expect(try await counts() == [0, 3, 0])
             // A purge before the audit period drops nothing, and folds the counted completions into the count.
             #expect(try await f.services.jobs.purge.run() == 0)
             #expect(try await counts() == [0, 3, 0])
             // With a linked service, a deletion is pending until the service confirms it.
-            _ = try await f.services.deletions.addLinkedService(
-                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            try await f.link("crm")
             let last = try await f.installation()
-            #expect(try await f.services.installations.delete(projectID: f.project.id, fid: last.fid, reason: .client))
+            #expect(try await f.delete(last, reason: .client))
             #expect(try await counts() == [1, 3, 0])
             f.transport.answer("https://crm.example/hook", .status(200))
             #expect(try await f.services.jobs.deliverDue() == 1)

@@ -13,7 +13,7 @@ struct DeletionServiceTests {
     func aDeletionWithNoLinkedServiceIsDoneAtOnce(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
             let i = try await f.installation()
-            #expect(try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .server))
+            #expect(try await f.delete(i, reason: .server))
             let receipt = try #require(try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid))
             #expect(receipt.state == .done && receipt.services.isEmpty && receipt.reason == .server)
             #expect(try await f.services.jobs.gauges().oldestUndeliveredSeconds == 0)
@@ -24,12 +24,11 @@ struct DeletionServiceTests {
     @Test(arguments: StoreKind.available)
     func oneJobsRunDeliversABurstOfNotices(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
-            _ = try await f.services.deletions.addLinkedService(
-                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            try await f.link("crm")
             var fids: [String] = []
             for _ in 0..<130 {
                 let i = try await f.installation()
-                #expect(try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .server))
+                #expect(try await f.delete(i, reason: .server))
                 fids.append(i.fid)
             }
             let report = try await f.services.jobs.run()
@@ -44,14 +43,12 @@ struct DeletionServiceTests {
     @Test(arguments: StoreKind.available)
     func deletionStatesFollowDeliveriesAndTheDeadline(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
-            let (_, crmSecret) = try await f.services.deletions.addLinkedService(
-                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
-            _ = try await f.services.deletions.addLinkedService(
-                projectID: f.project.id, name: "mail", endpoint: "https://mail.example/hook")
+            let crmSecret = try await f.link("crm")
+            try await f.link("mail")
             let acked = try await f.installation()
             let late = try await f.installation()
             for i in [acked, late] {
-                #expect(try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client))
+                #expect(try await f.delete(i, reason: .client))
             }
             func state(_ fid: String) async throws -> ReceiptState? {
                 try await f.services.deletions.receipt(projectID: f.project.id, fid: fid)?.state
@@ -92,10 +89,9 @@ struct DeletionServiceTests {
     @Test(arguments: StoreKind.available)
     func removingTheLastPendingServiceCompletesTheDeletion(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
-            _ = try await f.services.deletions.addLinkedService(
-                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            try await f.link("crm")
             let i = try await f.installation()
-            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
+            try await f.delete(i, reason: .client)
             #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid)?.state == .pending)
             #expect(try await f.services.deletions.removeLinkedService(projectID: f.project.id, name: "crm"))
             let receipt = try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid)
@@ -106,10 +102,9 @@ struct DeletionServiceTests {
     @Test(arguments: StoreKind.available)
     func aRotatedSecretSignsBesideTheNewOneForADay(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
-            let (_, old) = try await f.services.deletions.addLinkedService(
-                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            let old = try await f.link("crm")
             let i = try await f.installation()
-            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
+            try await f.delete(i, reason: .client)
             let (new, until) = try #require(
                 try await f.services.deletions.rotateSecret(projectID: f.project.id, name: "crm"))
             #expect(new != old && until == f.clock.now().addingTimeInterval(86_400))
@@ -140,10 +135,9 @@ struct DeletionServiceTests {
     @Test(arguments: StoreKind.available)
     func noticesAreSignedWithTheServiceSecret(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
-            let (_, secret) = try await f.services.deletions.addLinkedService(
-                projectID: f.project.id, name: "crm", endpoint: "https://crm.example/hook")
+            let secret = try await f.link("crm")
             let i = try await f.installation()
-            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .server)
+            try await f.delete(i, reason: .server)
             _ = try await f.services.jobs.deliverDue()
             let sent = try #require(f.transport.sent.first)
             let signature = try #require(sent.headers.first { $0.0 == "Registry-Signature" }?.1)
@@ -158,7 +152,7 @@ struct DeletionServiceTests {
     func aDeletedFIDIsNeverHandedOutAgain(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
             let i = try await f.installation()
-            _ = try await f.services.installations.delete(projectID: f.project.id, fid: i.fid, reason: .client)
+            try await f.delete(i, reason: .client)
             let again = try await f.installation(fid: i.fid)
             #expect(again.fid != i.fid)
             #expect(try await f.services.installations.wasDeleted(project: f.project, fid: i.fid))

@@ -72,6 +72,20 @@ struct DomainFixture {
             project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: false)
     }
 
+    /// Links a service named `name` (its endpoint `https://<name>.example/hook`) to the project; its secret.
+    @discardableResult
+    func link(_ name: String) async throws -> String {
+        try await services.deletions.addLinkedService(
+            projectID: project.id, name: name, endpoint: "https://\(name).example/hook"
+        ).1
+    }
+
+    /// Deletes an installation of the project; whether there was one.
+    @discardableResult
+    func delete(_ installation: Installation, reason: DeletionReason) async throws -> Bool {
+        try await services.installations.delete(projectID: project.id, fid: installation.fid, reason: reason)
+    }
+
     /// A new installation of `app` (the web app by default).
     func installation(_ app: App? = nil, fid: String? = nil) async throws -> Installation {
         let created = try await services.installations.create(
