@@ -119,12 +119,15 @@ public final class Application: Sendable {
     /// - Returns: the bound port.
     @discardableResult
     public func start() throws -> Int {
-        let table = opsRoutes().router
+        let routes = opsRoutes()
+        let table = routes.router
+        let immediateRoutes = routes.immediateRoutes
         let http = HTTPServer(
             configuration: configuration.http,
             errorResponse: { status, message in
                 APIError(status, CanonicalStatus.code(for: status), message).response
-            }, logger: { [logger] message in logger.warning(message) }
+            }, logger: { [logger] message in logger.warning(message) },
+            immediate: { [weak self] request in self?.immediate(request, routes: immediateRoutes) }
         ) { [weak self] request in
             guard let self else { return APIError(503, "UNAVAILABLE", "shutting down").response }
             return await self.handle(request, router: table)
@@ -214,16 +217,7 @@ public final class Application: Sendable {
             do {
                 response = try await handler(context)
             } catch {
-                let apiError = APIError.from(error)
-                if apiError.status >= 500 {
-                    logger.error(
-                        "request failed",
-                        [
-                            ("requestId", .string(requestID)), ("route", .string(matched)),
-                            ("error", .string(String(describing: error))),
-                        ])
-                }
-                response = apiError.response
+                response = failed(error, requestID: requestID, template: matched)
             }
             await cors.decorate(&response, request: request, template: matched, parameters: parameters)
         case let .methodNotAllowed(allowed):
@@ -239,6 +233,39 @@ public final class Application: Sendable {
             response = APIError.invalid(reason).response
         }
         return finish(response, request: request, requestID: requestID, template: template, started: started)
+    }
+
+    /// Answers a request for an immediate route (``Routes/addImmediate(_:_:_:)``) at its exact path; nil for any
+    /// other, which goes the usual way (``handle(_:router:)``). Runs on the event loop.
+    func immediate(
+        _ request: HTTPRequest, routes: [(method: String, path: String, handler: ImmediateRouteHandler)]
+    ) -> HTTPResponse? {
+        let method = request.method == HTTPMethod.HEAD.rawValue ? HTTPMethod.GET.rawValue : request.method
+        guard let route = routes.first(where: { $0.path == request.path && $0.method == method }) else { return nil }
+        let started = ContinuousClock.now
+        let requestID = Application.requestID(request.headers["x-request-id"])
+        let context = RequestContext(request: request, parameters: [:], requestID: requestID, template: route.path)
+        let response: HTTPResponse
+        do {
+            response = try route.handler(context)
+        } catch {
+            response = failed(error, requestID: requestID, template: route.path)
+        }
+        return finish(response, request: request, requestID: requestID, template: route.path, started: started)
+    }
+
+    /// The answer to a handler's error; a server error (5xx) is logged with its cause.
+    private func failed(_ error: any Error, requestID: String, template: String) -> HTTPResponse {
+        let apiError = APIError.from(error)
+        if apiError.status >= 500 {
+            logger.error(
+                "request failed",
+                [
+                    ("requestId", .string(requestID)), ("route", .string(template)),
+                    ("error", .string(String(describing: error))),
+                ])
+        }
+        return apiError.response
     }
 
     /// Stamps the request id, records the metrics and writes the request log line.

@@ -292,6 +292,10 @@ public final class EventLoop: @unchecked Sendable {
         let id = connection.id
         let handler = core.handler
         core.inFlightRequests.add(1, ordering: .relaxed)
+        if let immediate = core.immediate, let response = immediate(request) {
+            complete(fd: fd, id: id, response: response)
+            return
+        }
         Task(executorPreference: self) {
             let response = await handler(request)
             self.complete(fd: fd, id: id, response: response)

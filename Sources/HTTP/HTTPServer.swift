@@ -5,6 +5,11 @@ import Synchronization
 /// What the server calls for each request. It must always return a response; errors are the caller's to map.
 public typealias HTTPHandler = @Sendable (HTTPRequest) async -> HTTPResponse
 
+/// Tried first, on the event loop, for each request: a response when the request can be answered without
+/// suspending (no database, no other task), nil to hand it to the ``HTTPHandler``. It must be quick: the loop's
+/// other connections wait while it runs. A request answered here costs no task and no executor hop.
+public typealias HTTPImmediateHandler = @Sendable (HTTPRequest) -> HTTPResponse?
+
 /// An HTTP/1.1 server: one epoll event loop per core, all on one shared listener (`EPOLLEXCLUSIVE` wakes one loop
 /// per connection; without `SO_REUSEPORT`, so a second instance on the same port fails to bind).
 ///
@@ -51,6 +56,7 @@ public final class HTTPServer: Sendable {
     final class Core: Sendable {
         let configuration: Configuration
         let handler: HTTPHandler
+        let immediate: HTTPImmediateHandler?
         let errorResponse: @Sendable (Int, String) -> HTTPResponse
         let logger: @Sendable (String) -> Void
         let openConnections = Atomic<Int>(0)
@@ -61,12 +67,13 @@ public final class HTTPServer: Sendable {
         let perAddress = Mutex<[String: Int]>([:])
 
         init(
-            configuration: Configuration, handler: @escaping HTTPHandler,
+            configuration: Configuration, handler: @escaping HTTPHandler, immediate: HTTPImmediateHandler?,
             errorResponse: @escaping @Sendable (Int, String) -> HTTPResponse,
             logger: @escaping @Sendable (String) -> Void
         ) {
             self.configuration = configuration
             self.handler = handler
+            self.immediate = immediate
             self.errorResponse = errorResponse
             self.logger = logger
         }
@@ -109,13 +116,17 @@ public final class HTTPServer: Sendable {
     /// - Parameters:
     ///   - errorResponse: renders protocol errors (400, 408, 413, 414, 431, 503 …) that never reach `handler`.
     ///   - logger: receives rare server-level messages (accept failures).
+    ///   - immediate: answers, on the event loop, the requests that need no suspension (see ``HTTPImmediateHandler``).
     public init(
         configuration: Configuration,
         errorResponse: @escaping @Sendable (Int, String) -> HTTPResponse = HTTPServer.defaultErrorResponse,
         logger: @escaping @Sendable (String) -> Void = { _ in },
+        immediate: HTTPImmediateHandler? = nil,
         handler: @escaping HTTPHandler
     ) {
-        core = Core(configuration: configuration, handler: handler, errorResponse: errorResponse, logger: logger)
+        core = Core(
+            configuration: configuration, handler: handler, immediate: immediate, errorResponse: errorResponse,
+            logger: logger)
     }
 
     /// A Google-style JSON error body: `{"error":{"code","message","status"}}`.

@@ -7,6 +7,25 @@ import TokenRegistryTesting
 
 @Suite("Ops routes and errors", .enabled(if: TestDatabase.isAvailable))
 struct OpsTests {
+    /// `/healthz` and `/openapi.yaml` are answered on the event loop (immediate routes): the same answer, request id
+    /// and metrics as any route, with a query string and for a HEAD too.
+    @Test func immediateRoutesAnswerAsAnyRoute() async throws {
+        try await TestService.with { s in
+            for (method, path) in [("GET", "/healthz"), ("HEAD", "/healthz"), ("GET", "/healthz?probe=1")] {
+                let reply = try await s.request(method, path, headers: ["X-Request-Id": "imm-\(method)"])
+                #expect(reply.status == 200, "\(method) \(path)")
+                #expect(reply.header("x-request-id") == "imm-\(method)")
+                #expect(reply.text == (method == "HEAD" ? "" : #"{"status":"ok"}"#), "\(method) \(path)")
+            }
+            let spec = try await s.request("GET", "/openapi.yaml")
+            #expect(spec.status == 200 && spec.text.hasPrefix("openapi:"))
+            let metrics = try await s.request("GET", "/metrics").text
+            #expect(metrics.contains(#"http_requests_total{method="GET",route="/healthz",status="200"} 2"#))
+            #expect(metrics.contains(#"http_requests_total{method="HEAD",route="/healthz",status="200"} 1"#))
+            #expect(metrics.contains(#"http_requests_total{method="GET",route="/openapi.yaml",status="200"} 1"#))
+        }
+    }
+
     @Test func healthReadinessMetrics() async throws {
         try await TestService.with { s in
             #expect(try await s.request("GET", "/healthz").status == 200)

@@ -37,14 +37,14 @@ struct OpsController: Sendable {
     let serverGauges: @Sendable () -> [String]
 
     func register(_ routes: inout Routes) {
-        routes.add(.GET, "/healthz", healthz)
+        routes.addImmediate(.GET, "/healthz", healthz)
         routes.add(.GET, "/readyz", readyz)
         routes.add(.GET, "/metrics", metricsText)
         routes.add(.GET, "/.well-known/jwks.json", jwks)
-        routes.add(.GET, "/openapi.yaml", openapi)
+        routes.addImmediate(.GET, "/openapi.yaml", openapi)
     }
 
-    func healthz(_ context: RequestContext) async throws -> HTTPResponse {
+    func healthz(_ context: RequestContext) throws -> HTTPResponse {
         .json(["status": "ok"])
     }
 
@@ -89,7 +89,7 @@ struct OpsController: Sendable {
         return response
     }
 
-    func openapi(_ context: RequestContext) async throws -> HTTPResponse {
+    func openapi(_ context: RequestContext) throws -> HTTPResponse {
         HTTPResponse(
             status: 200, headers: ["content-type": "application/yaml; charset=utf-8"], body: OpenAPIDocument.bytes)
     }
