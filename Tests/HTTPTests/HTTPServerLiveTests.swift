@@ -22,14 +22,7 @@ struct HTTPServerLiveTests {
         var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0, eventLoops: 2)
         configure(&configuration)
         let server = HTTPServer(configuration: configuration, handler: HTTPServerLiveTests.echo)
-        let port = try server.start()
-        do {
-            try await body(server, port)
-        } catch {
-            await server.shutdown(drainTimeout: 1)
-            throw error
-        }
-        await server.shutdown(drainTimeout: 1)
+        try await server.serving { port in try await body(server, port) }
     }
 
     @Test func keepAliveServesManyRequestsOnOneConnection() async throws {

@@ -28,15 +28,10 @@ struct ImmediateHandlerTests {
             try? await Task.sleep(for: .milliseconds(Int.random(in: 0...15)))
             return HTTPResponse(status: 200, contentType: "text/plain", body: "later \(request.target)")
         }
-        let port = try server.start()
-        probe.loops.withLock { $0 = server.eventLoops }
-        do {
+        try await server.serving { port in
+            probe.loops.withLock { $0 = server.eventLoops }
             try await body(port, probe)
-        } catch {
-            await server.shutdown(drainTimeout: 1)
-            throw error
         }
-        await server.shutdown(drainTimeout: 1)
     }
 
     /// Pipelined requests, immediate and not in turn, are answered in the order sent; the async handler sees only
