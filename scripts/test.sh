@@ -5,8 +5,10 @@
 # stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh haproxy chromium openssl podman runc debootstrap docker-compose \
-  postgresql-15-auto-failover
+# podman's pods need an init binary (catatonit) and its CNI networks the dnsname plugin, so that compose services and
+# pods find each other by name: both are only recommended by podman, and install-deps.sh skips recommendations.
+scripts/install-deps.sh haproxy chromium openssl podman runc catatonit golang-github-containernetworking-plugin-dnsname \
+  debootstrap docker-compose postgresql-15-auto-failover
 . scripts/swift-env.sh
 cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start
 eval "$cluster_env"
