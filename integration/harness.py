@@ -100,6 +100,7 @@ defaults
     retries 3
     option redispatch
     retry-on conn-failure empty-response
+    option http-buffer-request
     option forwardfor
 frontend registry
     bind 127.0.0.1:{port}
