@@ -34,6 +34,8 @@ public final class EventLoop: @unchecked Sendable {
     /// Jobs of handler tasks that prefer this loop as their executor (see ``dispatch(_:on:)``), and whether the
     /// loop has stopped (then jobs run on Dispatch instead).
     let jobs = Mutex<(queue: [UnownedJob], stopped: Bool)>(([], false))
+    /// The loop thread's array for the batch of jobs it runs, traded with `jobs.queue` (``runJobs()``).
+    var spareJobs: [UnownedJob] = []
 
     /// Loops are kept for the life of the process: tasks hold this executor unowned and may resume after shutdown.
     private static let retained = Mutex<[EventLoop]>([])

@@ -8,9 +8,26 @@ public struct HTTPHeaders: Sendable, Sequence, ExpressibleByDictionaryLiteral {
         for (name, value) in elements { add(name: name, value: value) }
     }
 
+    /// Room for `capacity` fields.
+    init(capacity: Int) { fields.reserveCapacity(capacity) }
+
     /// Appends a field; the name is stored lower-cased.
     public mutating func add(name: String, value: String) {
         fields.append((HTTPHeaders.key(name), value))
+    }
+
+    /// Appends a field whose name is lower-case already (``lowercasedKey(_:)``).
+    mutating func add(key: String, value: String) { fields.append((key, value)) }
+
+    /// A header name's bytes (ASCII token characters) as a lower-case String, made in one pass: a name of up to 15
+    /// bytes, as most are, is stored in the String itself and allocates nothing.
+    static func lowercasedKey(_ name: ArraySlice<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: name.count) { buffer in
+            for (offset, byte) in name.enumerated() {
+                buffer[offset] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte + 32 : byte
+            }
+            return name.count
+        }
     }
 
     /// Replaces every field named `name` with one field.

@@ -290,29 +290,32 @@ public struct HTTPParser {
         return nil
     }
 
+    /// The end of the line that starts at `start` in the head `range`: its CR, or the head's end for the last line.
+    /// (`checkHeadBytes` made sure every CR in the head starts a CRLF.)
+    private func lineEnd(from start: Int, in range: Range<Int>) -> Int {
+        var i = start
+        while i < range.upperBound, buffer[i] != 0x0d { i += 1 }
+        return i
+    }
+
+    /// Parses a complete head in place: lines, parts and fields are read as slices of the buffer, and only the
+    /// strings the request keeps are made (no array of lines or of request-line parts, names lower-cased once).
     private func buildHead(_ range: Range<Int>) -> Result<Head, HTTPParseError> {
-        var lines: [ArraySlice<UInt8>] = []
-        var start = range.lowerBound
-        var i = range.lowerBound
-        while i + 1 < range.upperBound {
-            if buffer[i] == 0x0d && buffer[i + 1] == 0x0a {
-                lines.append(buffer[start..<i])
-                i += 2
-                start = i
-            } else {
-                i += 1
-            }
-        }
-        lines.append(buffer[start..<range.upperBound])
-        let requestLine = lines[0]
+        let requestLineEnd = lineEnd(from: range.lowerBound, in: range)
+        let requestLine = buffer[range.lowerBound..<requestLineEnd]
         if requestLine.count > limits.maxRequestLineBytes {
             return .failure(HTTPParseError(414, "request line longer than \(limits.maxRequestLineBytes) bytes"))
         }
-        let parts = requestLine.split(separator: 0x20, omittingEmptySubsequences: false)
-        guard parts.count == 3, !parts[0].isEmpty, parts[0].allSatisfy(HTTPParser.isTokenChar) else {
+        // Exactly three parts, separated by single spaces.
+        guard let firstSpace = requestLine.firstIndex(of: 0x20),
+            let secondSpace = requestLine[(firstSpace + 1)...].firstIndex(of: 0x20),
+            !requestLine[(secondSpace + 1)...].contains(0x20)
+        else { return .failure(HTTPParseError(400, "malformed request line")) }
+        let method = requestLine[..<firstSpace]
+        guard !method.isEmpty, method.allSatisfy(HTTPParser.isTokenChar) else {
             return .failure(HTTPParseError(400, "malformed request line"))
         }
-        let target = parts[1]
+        let target = requestLine[(firstSpace + 1)..<secondSpace]
         guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
             return .failure(HTTPParseError(400, "malformed request target"))
         }
@@ -320,20 +323,34 @@ public struct HTTPParser {
             return .failure(HTTPParseError(400, "request target must be in origin form"))
         }
         let version: HTTPVersion
-        switch String(decoding: parts[2], as: UTF8.self) {
-        case "HTTP/1.1": version = .http1_1
-        case "HTTP/1.0": version = .http1_0
-        case let v where v.hasPrefix("HTTP/") && v.utf8.count == 8:
+        let versionBytes = requestLine[(secondSpace + 1)...]
+        if versionBytes.elementsEqual("HTTP/1.1".utf8) {
+            version = .http1_1
+        } else if versionBytes.elementsEqual("HTTP/1.0".utf8) {
+            version = .http1_0
+        } else if versionBytes.count == 8, versionBytes.starts(with: "HTTP/".utf8) {
             return .failure(HTTPParseError(505, "HTTP version not supported"))
-        default: return .failure(HTTPParseError(400, "malformed HTTP version"))
+        } else {
+            return .failure(HTTPParseError(400, "malformed HTTP version"))
         }
-        var headers = HTTPHeaders()
-        let headerLines = lines.dropFirst()
-        if headerLines.count > limits.maxHeaderCount {
+        // Each header line starts after the CRLF that ends the line before it.
+        var headerCount = 0
+        var lineStart = requestLineEnd + 2
+        while lineStart <= range.upperBound {
+            headerCount += 1
+            lineStart = lineEnd(from: lineStart, in: range) + 2
+        }
+        if headerCount > limits.maxHeaderCount {
             return .failure(HTTPParseError(431, "more than \(limits.maxHeaderCount) header fields"))
         }
+        var headers = HTTPHeaders(capacity: headerCount)
         var headerBytes = 0
-        for line in headerLines {
+        var hosts = 0
+        lineStart = requestLineEnd + 2
+        while lineStart <= range.upperBound {
+            let end = lineEnd(from: lineStart, in: range)
+            let line = buffer[lineStart..<end]
+            lineStart = end + 2
             headerBytes += line.count + 2
             guard let first = line.first else { continue }
             if first == 0x20 || first == 0x09 { return .failure(HTTPParseError(400, "obsolete line folding")) }
@@ -354,20 +371,21 @@ public struct HTTPParser {
             guard value.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7f) }) else {
                 return .failure(HTTPParseError(400, "invalid character in a header value"))
             }
-            headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+            let key = HTTPHeaders.lowercasedKey(name)
+            if key == "host" { hosts += 1 }
+            headers.add(key: key, value: String(decoding: value, as: UTF8.self))
         }
         if headerBytes > limits.maxHeaderBytes {
             return .failure(HTTPParseError(431, "header section larger than \(limits.maxHeaderBytes) bytes"))
         }
         if version == .http1_1 {
-            let hosts = headers.values("host")
-            guard hosts.count == 1 else { return .failure(HTTPParseError(400, "exactly one Host header is required")) }
-        } else if headers.values("host").count > 1 {
+            guard hosts == 1 else { return .failure(HTTPParseError(400, "exactly one Host header is required")) }
+        } else if hosts > 1 {
             return .failure(HTTPParseError(400, "repeated Host header"))
         }
         return .success(
             Head(
-                method: String(decoding: parts[0], as: UTF8.self),
+                method: String(decoding: method, as: UTF8.self),
                 target: String(decoding: target, as: UTF8.self), version: version, headers: headers))
     }
 

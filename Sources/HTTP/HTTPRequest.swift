@@ -101,8 +101,9 @@ extension StringProtocol {
 public enum PercentDecoding {
     /// Decodes `%XX` escapes; nil when an escape is malformed or the result is not UTF-8.
     public static func decode(_ text: some StringProtocol) -> String? {
+        // Most segments have no escape: they become a String with no byte array on the way.
+        guard text.utf8.contains(UInt8(ascii: "%")) else { return String(text) }
         let bytes = Array(text.utf8)
-        guard bytes.contains(UInt8(ascii: "%")) else { return String(text) }
         var out = [UInt8]()
         out.reserveCapacity(bytes.count)
         var i = 0

@@ -157,7 +157,20 @@ public struct JSONParser {
 
     private mutating func parseString() throws(JSONParseError) -> String {
         index += 1
-        var out = [UInt8]()
+        // Most strings are printable ASCII without escapes: made straight from the input, with no byte array on the
+        // way (a string of up to 15 bytes then allocates nothing). Any other byte takes the general path below,
+        // from where the plain prefix ends.
+        let start = index
+        while index < bytes.count {
+            let b = bytes[index]
+            if b == UInt8(ascii: "\"") {
+                index += 1
+                return String(decoding: bytes[start..<index - 1], as: UTF8.self)
+            }
+            if b == UInt8(ascii: "\\") || b < 0x20 || b >= 0x80 { break }
+            index += 1
+        }
+        var out = Array(bytes[start..<index])
         while true {
             guard index < bytes.count else { throw error("unterminated string") }
             let b = bytes[index]

@@ -161,12 +161,31 @@ extension PostgresConnection {
         return PostgresError(.server, sqlState: sqlState, message: message)
     }
 
+    /// The column names of `result`. A connection runs the same few statements again and again: the names of a
+    /// recent result with the same columns are shared (compared in place), not made anew for every result.
+    private func columnNames(of result: OpaquePointer, count: Int) -> [String] {
+        candidates: for cached in recentColumns where cached.count == count {
+            for (c, name) in cached.enumerated() {
+                guard let fname = PQfname(result, Int32(c)), name.withCString({ strcmp($0, fname) }) == 0 else {
+                    continue candidates
+                }
+            }
+            return cached
+        }
+        var columns: [String] = []
+        columns.reserveCapacity(count)
+        for c in 0..<count { columns.append(String(cString: PQfname(result, Int32(c)))) }
+        if count > 0 {
+            if recentColumns.count == 16 { recentColumns.removeFirst() }
+            recentColumns.append(columns)
+        }
+        return columns
+    }
+
     private func rows(of result: OpaquePointer) -> PostgresRows {
         let columnCount = Int(PQnfields(result))
         let rowCount = Int(PQntuples(result))
-        var columns: [String] = []
-        columns.reserveCapacity(columnCount)
-        for c in 0..<columnCount { columns.append(String(cString: PQfname(result, Int32(c)))) }
+        let columns = columnNames(of: result, count: columnCount)
         var cells: [String?] = []
         cells.reserveCapacity(rowCount * columnCount)
         for r in 0..<rowCount {
@@ -187,8 +206,31 @@ extension PostgresConnection {
 }
 
 /// Calls `body` with C string pointers for `strings` (nil for NULL), valid for the duration of the call.
+/// All the strings share one buffer, each followed by its NUL (a string with a NUL of its own ends there for libpq, as
+/// it did with a copy per string): two allocations a statement, not one a parameter.
 private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
-    let storage: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } ?? nil }
-    defer { for p in storage { free(p) } }
-    return body(storage.map { $0.map { UnsafePointer($0) } })
+    var size = 0
+    for string in strings { size += (string?.utf8.count ?? 0) + 1 }
+    return withUnsafeTemporaryAllocation(of: CChar.self, capacity: max(size, 1)) { buffer in
+        var pointers: [UnsafePointer<CChar>?] = []
+        pointers.reserveCapacity(strings.count)
+        var offset = 0
+        for string in strings {
+            guard var string else {
+                pointers.append(nil)
+                continue
+            }
+            let start = buffer.baseAddress! + offset
+            offset += string.withUTF8 { utf8 in
+                utf8.withMemoryRebound(to: CChar.self) {
+                    _ = UnsafeMutableBufferPointer(start: start, count: $0.count).initialize(from: $0)
+                }
+                return utf8.count
+            }
+            buffer[offset] = 0
+            offset += 1
+            pointers.append(UnsafePointer(start))
+        }
+        return body(pointers)
+    }
 }

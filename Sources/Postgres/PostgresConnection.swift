@@ -28,6 +28,8 @@ public actor PostgresConnection {
     var prepared: [String: String] = [:]
     /// Names statements: never reused, even for one whose `Parse` failed.
     var statementCount = 0
+    /// Column names of recent results, shared by the results with the same columns (``columnNames(of:count:)``).
+    var recentColumns: [[String]] = []
     /// Set by ``begin()``: `BEGIN` travels with the next statement instead of costing a round trip of its own.
     private var beginPending = false
     /// One operation at a time: later callers wait their turn here (the actor is re-entered at every await).

@@ -35,19 +35,33 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
 
         public init(literalCapacity: Int, interpolationCount: Int) {
             sql.reserveCapacity(literalCapacity + interpolationCount * 3)
+            binds.reserveCapacity(interpolationCount)
         }
 
         public mutating func appendLiteral(_ literal: String) { sql += literal }
 
         public mutating func appendInterpolation(_ value: some PostgresEncodable) {
             binds.append(value.postgresText)
-            sql += "$\(binds.count)"
+            appendPlaceholder()
         }
 
         /// Binds an optional value; nil becomes SQL NULL.
         public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value?) {
             binds.append(value?.postgresText ?? nil)
-            sql += "$\(binds.count)"
+            appendPlaceholder()
+        }
+
+        /// `$n` for the bind just added, written into the reserved text (no interpolated String on the way).
+        private mutating func appendPlaceholder() {
+            sql.unicodeScalars.append("$")
+            var n = binds.count
+            var divisor = 1
+            while divisor * 10 <= n { divisor *= 10 }
+            while divisor > 0 {
+                sql.unicodeScalars.append(Unicode.Scalar(UInt8(ascii: "0") + UInt8(n / divisor)))
+                n %= divisor
+                divisor /= 10
+            }
         }
 
         /// Appends trusted SQL text as is (identifiers, fragments the code chose); never pass client input.

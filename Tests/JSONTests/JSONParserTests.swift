@@ -29,6 +29,22 @@ struct JSONParserTests {
         #expect(throws: JSONParseError.self) { try JSONParser.parse(#""\ude00""#) }
     }
 
+    /// Strings are read by a plain-ASCII fast path that hands over to the general one at the first escape, control
+    /// byte or non-ASCII byte: whatever comes after the plain prefix must read the same as without it.
+    @Test func aPlainPrefixThenAnyTailReadsWhole() throws {
+        let tails = ["", "\\n", "\\\"", "é", "😀", "\\u00e9", "\\ud83d\\ude00", "/", "\\/", "~"]
+        for prefix in ["", "a", "abcdefghijklmno", "abcdefghijklmnop", String(repeating: "x", count: 300)] {
+            for tail in tails {
+                let text = "\"" + prefix + tail + "z\""
+                let expected = try #require(JSONParser.parse("\"" + tail + "\"").stringValue)
+                #expect(try JSONParser.parse(text).stringValue == prefix + expected + "z", "\(text)")
+            }
+            #expect(throws: JSONParseError.self) { try JSONParser.parse("\"" + prefix + "\u{01}\"") }
+            #expect(throws: JSONParseError.self) { try JSONParser.parse("\"" + prefix) }
+            #expect(throws: JSONParseError.self) { try JSONParser.parse(Array(("\"" + prefix).utf8) + [0xFF, 0x22]) }
+        }
+    }
+
     static let invalid: [String] = [
         "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{a:1}", "01", "1.", ".5", "-", "1e", "+1",
         "\"abc", "\"\u{01}\"", "\"\\x\"", "tru", "nul", "[1 2]", "{\"a\":1}{}", "{\"a\":1,\"a\":2}", "NaN", "'a'",

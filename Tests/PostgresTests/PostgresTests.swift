@@ -76,6 +76,45 @@ struct PostgresTests {
         }
     }
 
+    /// A statement's parameters travel in one buffer (``withCStrings``): empty, NULL, multi-byte and long values
+    /// side by side must each arrive whole.
+    @Test func parametersOfEveryShapeArriveWhole() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url))
+            let long = String(repeating: "ab€", count: 3_000)
+            let values: [String?] = ["", nil, "é😀", long, "x", nil, ""]
+            let row = try #require(
+                try await pool.query(
+                    "SELECT \(values[0])::text AS a, \(values[1])::text AS b, \(values[2])::text AS c, \(values[3])::text AS d, \(values[4])::text AS e, \(values[5])::text AS f, \(values[6])::text AS g"
+                ).first)
+            for (column, value) in zip(["a", "b", "c", "d", "e", "f", "g"], values) {
+                #expect(try row.decode(column, as: String.self) == value, "\(column)")
+            }
+        }
+    }
+
+    /// A connection shares the column names of results with the same columns: results with as many columns but
+    /// other names, and the same names again, must each read by their own names.
+    @Test func eachResultIsReadByItsOwnColumnNames() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 1))
+            for round in 0..<3 {
+                let first = try #require(try await pool.query("SELECT 1 AS a, 2 AS b").first)
+                #expect(try first.require("a", as: Int.self) == 1 && first.require("b", as: Int.self) == 2)
+                let swapped = try #require(try await pool.query("SELECT 3 AS b, 4 AS a").first)
+                #expect(try swapped.require("a", as: Int.self) == 4 && swapped.require("b", as: Int.self) == 3)
+                let other = try #require(try await pool.query("SELECT 5 AS \(unsafeSQL: "c\(round)"), 6 AS ab").first)
+                #expect(try other.require("c\(round)", as: Int.self) == 5 && other.require("ab", as: Int.self) == 6)
+                #expect(throws: PostgresError.self) { try other.decode("a", as: Int.self) }
+            }
+            // More shapes than the connection remembers.
+            for n in 0..<40 {
+                let row = try #require(try await pool.query("SELECT \(n)::int AS \(unsafeSQL: "n\(n)"), 0 AS z").first)
+                #expect(try row.require("n\(n)", as: Int.self) == n)
+            }
+        }
+    }
+
     @Test func sqlStateIsReported() async throws {
         try await withDatabase { url in
             let pool = PostgresPool(.init(conninfo: url))
