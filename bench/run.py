@@ -12,6 +12,7 @@ import http.server
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -86,13 +87,22 @@ def postmaster():
 GROUPS = {"service": int(E["SERVICE_PID"]), "postgres": postmaster(), "peer": int(E.get("PEER_PID") or 0)}
 
 
+def reaped_cpu_ms():
+    """User + system time of this script's reaped children: the load generator (wrk, or pgbench's client) that the
+    last subprocess.run waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
 # --- load generators
 
 def wrk(name, conns, url, script, env=None, args=()):
     before = {g: ticks(p) for g, p in GROUPS.items()}
+    load_before = reaped_cpu_ms()
     out = subprocess.run(["wrk", "-t2", f"-c{conns}", f"-d{DURATION}s", "--latency", "-s", script, url, *args],
                          capture_output=True, text=True, env={**E, **(env or {})}).stdout
     after = {g: ticks(p) for g, p in GROUPS.items()}
+    load = reaped_cpu_ms() - load_before
     open(f"{WORK}/run-{name}-c{conns}.wrk", "w").write(out)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     done = int(re.search(r"(\d+) requests in", out).group(1))
@@ -106,6 +116,7 @@ def wrk(name, conns, url, script, env=None, args=()):
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errors += sum(map(int, sock.groups())) if sock else 0
     cpu = {g: (after[g] - before[g]) * 1000 / TICK / max(done, 1) for g in GROUPS}
+    cpu["load"] = load / max(done, 1)
     # wrk keeps one request in flight per connection, so by Little's law its mean latency is at most conns / rps. A
     # mean well above that (seen in some runs here) means its latency figures for the run are not per request.
     m = re.search(r"Latency\s+([\d.]+)(us|ms|s)", out)
@@ -117,6 +128,7 @@ def wrk(name, conns, url, script, env=None, args=()):
 
 def pgbench(name, conns, script, defines=()):
     before = ticks(GROUPS["postgres"])
+    load_before = reaped_cpu_ms()
     argv = ["pgbench", "-n", "-c", str(conns), "-j", "2", "-T", str(DURATION), "-M", "prepared", "-f", script]
     for d in defines:
         argv += ["-D", d]
@@ -127,7 +139,8 @@ def pgbench(name, conns, script, defines=()):
         return {"name": name, "rps": float("nan"), "p50": float("nan"), "p99": float("nan"), "errors": -1, "cpu": {}}
     done = int(re.search(r"number of transactions actually processed: (\d+)", out.stdout).group(1))
     avg = float(re.search(r"latency average = ([\d.]+) ms", out.stdout).group(1))
-    cpu = {"postgres": (ticks(GROUPS["postgres"]) - before) * 1000 / TICK / max(done, 1)}
+    cpu = {"postgres": (ticks(GROUPS["postgres"]) - before) * 1000 / TICK / max(done, 1),
+           "load": (reaped_cpu_ms() - load_before) / max(done, 1)}
     return {"name": name, "rps": float(m.group(1)), "p50": avg, "p99": float("nan"), "errors": 0, "cpu": cpu}
 
 
@@ -259,8 +272,9 @@ def fmt(x, digits=0):
 def table(c, rows):
     by = {r["name"]: r for r, _ in rows}
     out = [f"### c = {c}", "",
-           "| workload | req/s | p50 ms | p99 ms | errors | CPU ms/req: service | PostgreSQL | peer | compared with | ratio |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "| workload | req/s | p50 ms | p99 ms | errors | CPU ms/req: service | PostgreSQL | peer | load generator "
+           "| compared with | ratio |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r, ref in rows:
         cpu = r["cpu"]
         ratio = f"{r['rps'] / by[ref]['rps']:.2f}×" if ref in by and by[ref]["rps"] == by[ref]["rps"] else ""
@@ -274,14 +288,42 @@ def table(c, rows):
         out.append(
             f"| {r['name']}{extra} | {fmt(r['rps'])} | {fmt(r['p50'], 2)} | {fmt(r['p99'], 2)}{mark} | {r['errors']} | "
             f"{fmt(cpu.get('service', float('nan')), 3)} | {fmt(cpu.get('postgres', float('nan')), 3)} | "
-            f"{fmt(cpu.get('peer', float('nan')), 3) if GROUPS['peer'] else '–'} | {ref or ''} | {ratio} |")
+            f"{fmt(cpu.get('peer', float('nan')), 3) if GROUPS['peer'] else '–'} | "
+            f"{fmt(cpu.get('load', float('nan')), 3)} | {ref or ''} | {ratio} |")
     for r, _ in rows:
         if r.get("little"):
             mean, bound = r["little"]
             out.append(f"\n† {r['name']}: wrk's mean latency, {mean:.1f} ms, is above what {c} connections allow at "
                        f"{r['rps']:,.0f} req/s ({bound:.1f} ms, Little's law): its latency figures for this run are "
                        "not per request (the service's request log has each request's duration).")
-    return "\n".join(out)
+    return "\n".join(out + budget(rows))
+
+
+# The issue's targets at c=64: (workload, reference, ratio).
+TARGETS = [("refresh callback", "pgbench same SQL", 1.5), ("refresh callback", "fcm-django register", 20.0),
+           ("create installation", "pgbench create", 1.0), ("auth token", "pgbench PK look-up", 0.5),
+           ("healthz", "nginx", 0.7)]
+
+
+def budget(rows):
+    """What each ratio target leaves the service: at the target's rate, the machine's cores give every request
+    cores ÷ rate of CPU; PostgreSQL's share (as measured for the service's own requests) and the load generator's are
+    spent whatever the service does. The rest is the most the service may spend on a request."""
+    by = {r["name"]: r for r, _ in rows}
+    cores = os.cpu_count() or 1
+    out = ["", f"CPU budget of each target on this machine ({cores} cores, everything on them), in ms a request:", "",
+           "| target | rate needed | budget | PostgreSQL | load generator | left for the service | service now |",
+           "|---|---|---|---|---|---|---|"]
+    for name, ref, ratio in TARGETS:
+        if name not in by or ref not in by or by[ref]["rps"] != by[ref]["rps"]:
+            continue
+        r, needed = by[name], ratio * by[ref]["rps"]
+        total = cores * 1000 / needed
+        pg, load, service = (r["cpu"].get(k, 0.0) for k in ("postgres", "load", "service"))
+        left = total - pg - load
+        out.append(f"| {name} ≥ {ratio:g}× {ref} | {needed:,.0f}/s | {total:.3f} | {pg:.3f} | {load:.3f} | "
+                   f"{left:.3f}{' (none)' if left <= 0 else ''} | {service:.3f} |")
+    return out if len(out) > 5 else []
 
 
 def main():

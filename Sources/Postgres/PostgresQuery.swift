@@ -51,18 +51,13 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
             appendPlaceholder()
         }
 
-        /// `$n` for the bind just added, written into the reserved text (no interpolated String on the way).
+        /// `$n` for the bind just added: a prepared String for the first 64 (no interpolation on the way).
         private mutating func appendPlaceholder() {
-            sql.unicodeScalars.append("$")
-            var n = binds.count
-            var divisor = 1
-            while divisor * 10 <= n { divisor *= 10 }
-            while divisor > 0 {
-                sql.unicodeScalars.append(Unicode.Scalar(UInt8(ascii: "0") + UInt8(n / divisor)))
-                n %= divisor
-                divisor /= 10
-            }
+            let n = binds.count
+            sql += n < StringInterpolation.placeholders.count ? StringInterpolation.placeholders[n] : "$\(n)"
         }
+
+        private static let placeholders = (0..<64).map { "$\($0)" }
 
         /// Appends trusted SQL text as is (identifiers, fragments the code chose); never pass client input.
         public mutating func appendInterpolation(unsafeSQL fragment: String) { sql += fragment }
