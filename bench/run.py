@@ -342,9 +342,12 @@ def main():
         f"## One run of `bench/run.sh` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
         f"`{E.get('COMMAND', 'bash bench/run.sh')}` — wrk -t2, {DURATION} s a run; pgbench -j2 -M prepared with the same "
         "SQL; nginx with a buffered access log; the service at LOG_LEVEL=info; PostgreSQL with fsync and "
-        "synchronous_commit on. CPU is user + system time of each process tree over the run, per request. "
+        "synchronous_commit on. CPU is user + system time of each process tree over the run, per request (the load "
+        "generator's: wrk's, or pgbench's client's). "
         "Consent changes and client registrations are compared with pgbench's single-row upsert (the database's "
-        "ceiling for a one-row write). The fcm-django peer registers new tokens into the same PostgreSQL.", "",
+        "ceiling for a one-row write). The fcm-django peer registers new tokens into the same PostgreSQL. After each "
+        "table, the CPU budget of each target: what the rate it needs leaves the service once PostgreSQL and the load "
+        "generator have had their share.", "",
         "```", versions.strip(), "```", "", *[t + "\n" for t in tables],
         "<!-- bench/run.sh: end -->"])
     doc = os.path.join(E["REPO"], "docs", "benchmarks.md")
