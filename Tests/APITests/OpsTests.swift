@@ -106,8 +106,10 @@ struct OpsTests {
 /// The database's gauges for `/metrics` are read once per interval, however many scrapes arrive at once.
 @Suite("Gauge cache")
 struct GaugeCacheTests {
+    /// The interval is long here, so a slow machine (fifty tasks under the parallel suite took 8.9 s once) cannot
+    /// end it between the burst and the later scrape.
     @Test func concurrentScrapesShareOneRound() async {
-        let cache = GaugeCache()
+        let cache = GaugeCache(ttl: .seconds(600))
         let rounds = Atomic<Int>(0)
         let load: @Sendable () async -> [String] = {
             let round = rounds.add(1, ordering: .relaxed).newValue
@@ -123,5 +125,15 @@ struct GaugeCacheTests {
         // Within the interval, a later scrape is answered from the same round.
         #expect(await cache.lines(load) == ["round 1"])
         #expect(rounds.load(ordering: .relaxed) == 1)
+    }
+
+    /// Once the interval has passed since a round started, the next scrape starts a new one.
+    @Test func aScrapeAfterTheIntervalStartsANewRound() async throws {
+        let cache = GaugeCache(ttl: .milliseconds(100))
+        let rounds = Atomic<Int>(0)
+        let load: @Sendable () async -> [String] = { ["round \(rounds.add(1, ordering: .relaxed).newValue)"] }
+        #expect(await cache.lines(load) == ["round 1"])
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(await cache.lines(load) == ["round 2"])
     }
 }

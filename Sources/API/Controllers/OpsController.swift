@@ -9,13 +9,16 @@ import Synchronization
 /// while a round is running wait for it instead of starting their own (a burst of requests to an unprotected
 /// `/metrics` costs one round, not one each).
 final class GaugeCache: Sendable {
-    static let ttl: Duration = .seconds(5)
+    /// How long a round's answer serves later scrapes, from when the round started.
+    let ttl: Duration
     /// The latest round, from when it started; it may still be running.
     private let latest = Mutex<(started: ContinuousClock.Instant, round: Task<[String], Never>)?>(nil)
 
+    init(ttl: Duration = .seconds(5)) { self.ttl = ttl }
+
     func lines(_ load: @escaping @Sendable () async -> [String]) async -> [String] {
         let round = latest.withLock { latest -> Task<[String], Never> in
-            if let latest, ContinuousClock.now - latest.started < GaugeCache.ttl { return latest.round }
+            if let latest, ContinuousClock.now - latest.started < ttl { return latest.round }
             let round = Task { await load() }
             latest = (.now, round)
             return round
