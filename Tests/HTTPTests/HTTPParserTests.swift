@@ -89,6 +89,22 @@ struct HTTPParserTests {
         }
     }
 
+    /// A request line that cannot be valid is answered when its line ends (HTTP/0.9's `GET /`, another protocol's
+    /// version), and a first byte that cannot begin a method (a TLS handshake on the plain port) at once: not after
+    /// the head's time-out. A valid request line, a leading CR and a partial method still wait for more.
+    @Test func anImpossibleRequestLineIsAnsweredWhenItEnds() {
+        #expect(status("GET /healthz\r\n") == 400)
+        #expect(status("GET / FTP/1.0\r\n") == 400)
+        #expect(status("GET / HTTP/2.0\r\n") == 505)
+        #expect(status("GET  / HTTP/1.1\r\n") == 400)
+        #expect(status("GET http://x/ HTTP/1.1\r\n") == 400)
+        #expect(status("\u{16}\u{03}\u{01}\u{02}\u{00}") == 400)
+        #expect(status("\u{16}") == 400)
+        for partial in ["GET / HTTP/1.1\r\n", "GET / HTTP/1.1\r\nHost: x\r\n", "\r", "\r\n", "\r\nG", "G", "GET /x"] {
+            #expect(parse(partial) == .needMore, "\(partial.debugDescription)")
+        }
+    }
+
     /// Found by the HTTP fuzz target: a body ending in CR followed by an LF was read as a CRLF before the next request
     /// when both arrived in one read, and as a bare LF (400) when the LF came in a read of its own. A head never
     /// borrows a byte from the previous body, so both arrivals give the same answer.

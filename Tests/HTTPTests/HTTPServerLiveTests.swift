@@ -133,6 +133,22 @@ struct HTTPServerLiveTests {
         }
     }
 
+    /// A TLS handshake sent to the plain port, or an HTTP/0.9 request line, is answered 400 and closed at once, long
+    /// before the request time-out (a client that guessed the scheme wrong learns it without waiting).
+    @Test func aRequestLineThatCannotBeValidIsAnsweredAtOnce() async throws {
+        try await withServer({ $0.requestTimeoutMillis = 5_000 }) { _, port in
+            for opening in [[0x16, 0x03, 0x01, 0x02, 0x00, 0x01], Array("GET /\r\n".utf8)] as [[UInt8]] {
+                let client = try RawHTTPClient(port: port, timeout: 2)
+                let started = ContinuousClock.now
+                try await client.send(opening)
+                let response = try #require(try await client.readResponse())
+                #expect(response.status == 400)
+                #expect(ContinuousClock.now - started < .seconds(1))
+                #expect(await client.isClosedByServer())
+            }
+        }
+    }
+
     /// Empty lines before a request line are allowed, but they start the request timer and never count as
     /// activity: a client trickling CRLFs is answered 408 and closed once the request timeout passes.
     @Test func aTrickleOfEmptyLinesDoesNotHoldTheConnection() async throws {
