@@ -43,7 +43,7 @@ extension EventLoop: TaskExecutor, SerialExecutor {
         // Bounded rounds, so a handler that keeps re-enqueueing cannot starve the sockets.
         // The queue and a spare array trade places under the lock: both keep their capacity, and neither is shared
         // when emptied, so taking a batch allocates nothing (copying the queue out made every batch a new buffer:
-        // ten allocations of a hundred and sixty-seven in a refresh callback).
+        // seventeen of the 167 allocations a refresh callback made).
         for _ in 0..<4 {
             var batch = spareJobs
             spareJobs = []

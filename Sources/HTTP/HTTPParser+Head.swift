@@ -3,7 +3,7 @@
 extension HTTPParser {
     /// The end of the line that starts at `start` in the head `range`: its CR, or the head's end for the last line.
     /// (`checkHeadBytes` made sure every CR in the head starts a CRLF.)
-    func lineEnd(from start: Int, in range: Range<Int>) -> Int {
+    func endOfLine(from start: Int, in range: Range<Int>) -> Int {
         var i = start
         while i < range.upperBound, buffer[i] != 0x0d { i += 1 }
         return i
@@ -52,7 +52,7 @@ extension HTTPParser {
     /// Parses a complete head in place: lines, parts and fields are read as slices of the buffer, and only the
     /// strings the request keeps are made (no array of lines or of request-line parts, names lower-cased once).
     func buildHead(_ range: Range<Int>) -> Result<Head, HTTPParseError> {
-        let requestLineEnd = lineEnd(from: range.lowerBound, in: range)
+        let requestLineEnd = endOfLine(from: range.lowerBound, in: range)
         let requestLine: RequestLine
         switch parseRequestLine(range.lowerBound..<requestLineEnd) {
         case let .success(line): requestLine = line
@@ -64,7 +64,7 @@ extension HTTPParser {
         var lineStart = requestLineEnd + 2
         while lineStart <= range.upperBound {
             headerCount += 1
-            lineStart = lineEnd(from: lineStart, in: range) + 2
+            lineStart = endOfLine(from: lineStart, in: range) + 2
         }
         if headerCount > limits.maxHeaderCount {
             return .failure(HTTPParseError(431, "more than \(limits.maxHeaderCount) header fields"))
@@ -74,7 +74,7 @@ extension HTTPParser {
         var hosts = 0
         lineStart = requestLineEnd + 2
         while lineStart <= range.upperBound {
-            let end = lineEnd(from: lineStart, in: range)
+            let end = endOfLine(from: lineStart, in: range)
             let line = buffer[lineStart..<end]
             lineStart = end + 2
             headerBytes += line.count + 2

@@ -207,7 +207,8 @@ extension PostgresConnection {
 
 /// Calls `body` with C string pointers for `strings` (nil for NULL), valid for the duration of the call.
 /// All the strings share one buffer, each followed by its NUL (a string with a NUL of its own ends there for libpq, as
-/// it did with a copy per string): two allocations a statement, not one a parameter.
+/// it did with a copy per string): at most two allocations a statement (a small buffer is on the stack), not one a
+/// parameter.
 private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
     var size = 0
     for string in strings { size += (string?.utf8.count ?? 0) + 1 }

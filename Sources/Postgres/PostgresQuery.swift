@@ -51,7 +51,7 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
             appendPlaceholder()
         }
 
-        /// `$n` for the bind just added: a prepared String for the first 64 (no interpolation on the way).
+        /// `$n` for the bind just added: a prepared String for $1 to $63 (no interpolation on the way).
         private mutating func appendPlaceholder() {
             let n = binds.count
             sql += n < StringInterpolation.placeholders.count ? StringInterpolation.placeholders[n] : "$\(n)"
