@@ -66,8 +66,10 @@ public struct Configuration: Sendable {
                 problem: "needs DATABASE_URL: a standby of the embedded cluster cannot exist")
         }
         c.http.host = env["HOST"] ?? "0.0.0.0"
-        guard c.http.host.split(separator: ".").count == 4 || c.http.host == "localhost" else {
-            throw ConfigurationError(variable: "HOST", problem: "must be an IPv4 address such as 0.0.0.0 or 127.0.0.1")
+        guard HTTPServer.canListen(on: c.http.host) else {
+            throw ConfigurationError(
+                variable: "HOST",
+                problem: "must be an IP address such as 0.0.0.0, 127.0.0.1, :: (IPv6 and IPv4) or ::1, or localhost")
         }
         c.http.port = try reader.int("PORT", default: 8080, range: 0...65535)
         if let level = env["LOG_LEVEL"] {

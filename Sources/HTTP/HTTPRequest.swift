@@ -14,8 +14,20 @@ public struct HTTPRequest: Sendable {
     public var version: HTTPVersion
     public var headers: HTTPHeaders
     public var body: [UInt8]
-    /// The peer's address, `ip:port`.
+    /// The peer's address: `a.b.c.d:port`, or `[v6]:port` for an IPv6 peer.
     public var remoteAddress: String = ""
+
+    /// The peer's address without its port (an IPv6 address without its brackets).
+    public var remoteHost: String { HTTPRequest.host(of: remoteAddress) }
+
+    /// `a.b.c.d` of `a.b.c.d:port`, `v6` of `[v6]:port`.
+    static func host(of remote: String) -> String {
+        if remote.hasPrefix("["), let close = remote.firstIndex(of: "]") {
+            return String(remote[remote.index(after: remote.startIndex)..<close])
+        }
+        guard let colon = remote.lastIndex(of: ":") else { return remote }
+        return String(remote[..<colon])
+    }
 
     public init(
         method: String, target: String, version: HTTPVersion = .http1_1, headers: HTTPHeaders = [:],

@@ -20,7 +20,12 @@ public typealias HTTPImmediateHandler = @Sendable (HTTPRequest) -> HTTPResponse?
 /// await server.shutdown()   // stop accepting, finish in-flight requests, close
 /// ```
 public final class HTTPServer: Sendable {
+    /// Whether `host` is an address the server can listen on (see ``Configuration/host``).
+    public static func canListen(on host: String) -> Bool { Socket.ListenAddress(host) != nil }
+
     public struct Configuration: Sendable {
+        /// An IPv4 or IPv6 address (`0.0.0.0`, `127.0.0.1`, `::`, `::1`, `[::1]`) or `localhost`; an IPv6 listener
+        /// takes IPv4 connections too.
         public var host: String
         public var port: Int
         /// Event loops (threads); defaults to the number of cores.
@@ -83,10 +88,7 @@ public final class HTTPServer: Sendable {
         func countParseError(status: Int) { parseErrors.withLock { $0[status, default: 0] += 1 } }
 
         /// The address part of `ip:port`.
-        static func address(of remote: String) -> String {
-            guard let colon = remote.lastIndex(of: ":") else { return remote }
-            return String(remote[..<colon])
-        }
+        static func address(of remote: String) -> String { HTTPRequest.host(of: remote) }
 
         /// Counts a new connection from `address`; false when it already holds its share.
         func admit(_ address: String) -> Bool {

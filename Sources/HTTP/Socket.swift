@@ -16,27 +16,68 @@ public struct SocketError: Error, Sendable, CustomStringConvertible {
 
 /// Thin wrappers over the socket calls the event loops use.
 enum Socket {
-    /// Opens a non-blocking IPv4 listener with `SO_REUSEADDR`. Every event loop watches this one socket with
+    /// A listening address: an IPv4 or IPv6 literal (`[…]` allowed around IPv6), or `localhost` (127.0.0.1).
+    enum ListenAddress {
+        case v4(in_addr)
+        case v6(in6_addr)
+
+        init?(_ host: String) {
+            var text = host == "localhost" ? "127.0.0.1" : host
+            if text.hasPrefix("["), text.hasSuffix("]") { text = String(text.dropFirst().dropLast()) }
+            var v4 = in_addr()
+            var v6 = in6_addr()
+            if inet_pton(AF_INET, text, &v4) == 1 {
+                self = .v4(v4)
+            } else if inet_pton(AF_INET6, text, &v6) == 1 {
+                self = .v6(v6)
+            } else {
+                return nil
+            }
+        }
+    }
+
+    /// Opens a non-blocking listener with `SO_REUSEADDR`, on IPv4 or IPv6. An IPv6 listener also takes IPv4
+    /// connections (`IPV6_V6ONLY` off), so `::` serves both families. Every event loop watches this one socket with
     /// `EPOLLEXCLUSIVE`, so the kernel wakes one loop per new connection. (No `SO_REUSEPORT`: a second process
     /// started on the same port must fail, not silently take half the traffic.)
     static func listen(host: String, port: Int, backlog: Int32) throws -> (fd: Int32, port: Int) {
+        guard let address = ListenAddress(host) else { throw SocketError("inet_pton(\(host))", errno: EINVAL) }
+        let family: Int32
+        switch address {
+        case .v4: family = AF_INET
+        case .v6: family = AF_INET6
+        }
         let fd = socket(
-            AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketError("socket") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        let resolved = host == "localhost" ? "127.0.0.1" : host
-        guard inet_pton(AF_INET, resolved, &address.sin_addr) == 1 else {
-            close(fd)
-            throw SocketError("inet_pton(\(host))", errno: EINVAL)
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        var storage = sockaddr_storage()
+        let length: socklen_t
+        switch address {
+        case let .v4(ip):
+            length = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                    $0.pointee.sin_family = sa_family_t(AF_INET)
+                    $0.pointee.sin_port = in_port_t(UInt16(port).bigEndian)
+                    $0.pointee.sin_addr = ip
+                    return socklen_t(MemoryLayout<sockaddr_in>.size)
+                }
             }
+        case let .v6(ip):
+            var off: Int32 = 0
+            setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &off, socklen_t(MemoryLayout<Int32>.size))
+            length = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    $0.pointee.sin6_family = sa_family_t(AF_INET6)
+                    $0.pointee.sin6_port = in_port_t(UInt16(port).bigEndian)
+                    $0.pointee.sin6_addr = ip
+                    return socklen_t(MemoryLayout<sockaddr_in6>.size)
+                }
+            }
+        }
+        let bound = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
         }
         guard bound == 0 else {
             let e = SocketError("bind(\(host):\(port))")
@@ -48,19 +89,20 @@ enum Socket {
             close(fd)
             throw e
         }
-        var actual = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        var actual = sockaddr_storage()
+        var actualLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
         _ = withUnsafeMutablePointer(to: &actual) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &actualLength) }
         }
-        return (fd, Int(UInt16(bigEndian: actual.sin_port)))
+        return (fd, Socket.endpoint(of: &actual).port)
     }
 
-    /// Accepts one pending connection; nil when none is pending.
+    /// Accepts one pending connection; nil when none is pending. The remote address is `a.b.c.d:port` for IPv4
+    /// (and for IPv4 clients of an IPv6 listener), `[v6]:port` for IPv6.
     static func accept(_ listener: Int32) throws -> (fd: Int32, remote: String)? {
-        var address = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        var address = sockaddr_storage()
         while true {
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let fd = withUnsafeMutablePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                     accept4(listener, $0, &length, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
@@ -69,10 +111,8 @@ enum Socket {
             if fd >= 0 {
                 var one: Int32 = 1
                 setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-                var text = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
-                inet_ntop(AF_INET, &address.sin_addr, &text, socklen_t(text.count))
-                let ip = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                return (fd, "\(ip):\(UInt16(bigEndian: address.sin_port))")
+                let (host, port) = Socket.endpoint(of: &address)
+                return (fd, host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
             }
             switch errno {
             case EINTR, ECONNABORTED: continue
@@ -80,6 +120,35 @@ enum Socket {
             default: throw SocketError("accept4")
             }
         }
+    }
+
+    /// The address and port of a socket address; an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) reads as IPv4.
+    static func endpoint(of storage: inout sockaddr_storage) -> (host: String, port: Int) {
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        let port: UInt16
+        if Int32(storage.ss_family) == AF_INET6 {
+            port = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { address in
+                    let bytes = withUnsafeBytes(of: address.pointee.sin6_addr) { Array($0) }
+                    if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff {
+                        var v4 = in_addr()
+                        withUnsafeMutableBytes(of: &v4) { $0.copyBytes(from: bytes[12..<16]) }
+                        inet_ntop(AF_INET, &v4, &text, socklen_t(text.count))
+                    } else {
+                        inet_ntop(AF_INET6, &address.pointee.sin6_addr, &text, socklen_t(text.count))
+                    }
+                    return UInt16(bigEndian: address.pointee.sin6_port)
+                }
+            }
+        } else {
+            port = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { address in
+                    inet_ntop(AF_INET, &address.pointee.sin_addr, &text, socklen_t(text.count))
+                    return UInt16(bigEndian: address.pointee.sin_port)
+                }
+            }
+        }
+        return (String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), Int(port))
     }
 
     /// Raises the soft open-file limit to the hard limit, so many idle connections fit.

@@ -23,16 +23,30 @@ public final class RawHTTPClient: @unchecked Sendable {
     public let fd: Int32
     private var pending: [UInt8] = []
 
-    /// Connects to `127.0.0.1:port` with a receive timeout.
-    public init(port: Int, timeout: Double = 10) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        let ok = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+    /// Connects to `host:port` (an IPv4 or IPv6 literal; 127.0.0.1 unless told) with a receive timeout.
+    public init(port: Int, host: String = "127.0.0.1", timeout: Double = 10) throws {
+        let ok: Int32
+        if host.contains(":") {
+            fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = in_port_t(UInt16(port).bigEndian)
+            inet_pton(AF_INET6, host, &address.sin6_addr)
+            ok = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
+                }
+            }
+        } else {
+            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            inet_pton(AF_INET, host, &address.sin_addr)
+            ok = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
             }
         }
         guard ok == 0 else {
@@ -135,8 +149,8 @@ public final class RawHTTPClient: @unchecked Sendable {
     }
 
     /// A whole request/response exchange on a new connection.
-    public static func exchange(port: Int, _ request: String) async throws -> RawResponse? {
-        let client = try RawHTTPClient(port: port)
+    public static func exchange(port: Int, host: String = "127.0.0.1", _ request: String) async throws -> RawResponse? {
+        let client = try RawHTTPClient(port: port, host: host)
         try await client.send(request)
         return try await client.readResponse()
     }

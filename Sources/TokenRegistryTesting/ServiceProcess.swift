@@ -13,6 +13,8 @@ public final class ServiceProcess: @unchecked Sendable {
     // for those calls.
     public let process: Process
     public let port: Int
+    /// The address the service is reached at (its `HOST`, or 127.0.0.1 for a wildcard).
+    public let host: String
     public let logPath: String
 
     /// The repository root, found from this file's path.
@@ -63,7 +65,9 @@ public final class ServiceProcess: @unchecked Sendable {
         process.arguments = ["serve"]
         var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         env["PORT"] = String(port)
-        env["HOST"] = "127.0.0.1"
+        // 127.0.0.1 unless the test chose a listen address; readiness is then asked there.
+        host = environment["HOST"].map { ["", "0.0.0.0", "::"].contains($0) ? "127.0.0.1" : $0 } ?? "127.0.0.1"
+        env["HOST"] = environment["HOST"] ?? "127.0.0.1"
         process.environment = env
         let log = FileHandle(forWritingAtPath: logPath)
         process.standardOutput = log
@@ -76,7 +80,7 @@ public final class ServiceProcess: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let reply = try? await RawHTTPClient.exchange(
-                port: port, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+                port: port, host: host, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
                 reply.status == status
             {
                 return

@@ -1,12 +1,13 @@
 import Foundation
 import Glibc
 
-/// `token-registry probe [--path /healthz] [--port P] [--timeout-ms 2000]`: a health check the container runs
-/// against its own process, so the image needs no curl. Sends one `GET` to 127.0.0.1 and exits 0 on a 200 answer,
-/// 1 on any other answer, refusal or time-out (printing why on standard error).
+/// `token-registry probe [--path /healthz] [--port P] [--host H] [--timeout-ms 2000]`: a health check the container
+/// runs against its own process, so the image needs no curl. Sends one `GET` to the service's listen address (`HOST`,
+/// as `serve` reads it; 127.0.0.1 when that is a wildcard or `localhost`) and exits 0 on a 200 answer, 1 on any other
+/// answer, refusal or time-out (printing why on standard error).
 enum Probe {
     static func run(_ arguments: Arguments) throws -> Int32 {
-        try arguments.allow(["path", "port", "timeout-ms"])
+        try arguments.allow(["path", "port", "host", "timeout-ms"])
         let path = arguments.options["path"] ?? "/healthz"
         guard path.hasPrefix("/"), path.utf8.count <= 256, !path.contains(where: { $0.isWhitespace }) else {
             throw CLIError("--path must be an absolute path without spaces")
@@ -16,8 +17,9 @@ enum Probe {
         guard let timeout = Int(arguments.options["timeout-ms"] ?? "2000"), (1...60_000).contains(timeout) else {
             throw CLIError("--timeout-ms must be 1-60000")
         }
+        let host = target(listening: arguments.options["host"] ?? ProcessInfo.processInfo.environment["HOST"] ?? "")
         do {
-            let status = try get(path: path, port: port, timeoutMillis: timeout)
+            let status = try get(path: path, host: host, port: port, timeoutMillis: timeout)
             if status == 200 { return 0 }
             FileHandle.standardError.write(Data("probe: \(path) answered \(status)\n".utf8))
         } catch let error as CLIError {
@@ -26,25 +28,54 @@ enum Probe {
         return 1
     }
 
-    /// The status code of `GET path` on 127.0.0.1:port.
-    static func get(path: String, port: UInt16, timeoutMillis: Int) throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    /// Where to reach a service listening on `host`: the address itself, or 127.0.0.1 for the wildcards (`0.0.0.0`,
+    /// `::`, which takes IPv4 too), `localhost` and no host at all. Brackets around IPv6 are dropped.
+    static func target(listening host: String) -> String {
+        var text = host
+        if text.hasPrefix("["), text.hasSuffix("]") { text = String(text.dropFirst().dropLast()) }
+        return ["", "0.0.0.0", "::", "localhost"].contains(text) ? "127.0.0.1" : text
+    }
+
+    /// The status code of `GET path` on host:port (an IPv4 or IPv6 literal).
+    static func get(path: String, host: String = "127.0.0.1", port: UInt16, timeoutMillis: Int) throws -> Int {
+        let v6 = host.contains(":")
+        let fd = socket(v6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw CLIError("socket: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var limit = timeval(tv_sec: timeoutMillis / 1000, tv_usec: (timeoutMillis % 1000) * 1000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        let connected: Int32
+        if v6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = port.bigEndian
+            guard inet_pton(AF_INET6, host, &address.sin6_addr) == 1 else {
+                throw CLIError("--host \(host): not an address")
+            }
+            connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
+                }
+            }
+        } else {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
+                throw CLIError("--host \(host): not an address")
+            }
+            connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
             }
         }
-        guard connected == 0 else { throw CLIError("connect to port \(port): \(String(cString: strerror(errno)))") }
-        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
+        guard connected == 0 else {
+            throw CLIError("connect to \(host) port \(port): \(String(cString: strerror(errno)))")
+        }
+        let authority = v6 ? "[\(host)]" : host
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n".utf8)
         guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count
         else { throw CLIError("send: \(String(cString: strerror(errno)))") }
         var head = [UInt8]()

@@ -184,9 +184,30 @@ struct ProcessTests {
         }
     }
 
+    /// `HOST=::1` listens on IPv6 loopback only: the service is ready there, and `token-registry probe` finds it
+    /// from the same `HOST`, while a probe of IPv4 loopback is refused (so the probe did not pass by luck).
+    @Test func anIPv6ListenAddressServesAndTheProbeFollowsIt() async throws {
+        let url = try await TestDatabase.create()
+        defer { Task { await TestDatabase.drop(url) } }
+        let service = try ServiceProcess(environment: ["DATABASE_URL": url, "HOST": "::1"])
+        try await service.waitForReadiness()
+        #expect(service.log.contains(#""host":"::1""#))
+        let probe = ["probe", "--path", "/readyz", "--port", String(service.port)]
+        _ = try await ServiceProcess.command(probe, environment: ["HOST": "::1"])
+        _ = try await ServiceProcess.command(probe + ["--host", "[::1]"], environment: [:])
+        await #expect(throws: ShellError.self) {
+            try await ServiceProcess.command(probe, environment: ["HOST": "0.0.0.0"])
+        }
+        service.signal(SIGTERM)
+        #expect(try await service.waitForExit() == 0)
+    }
+
     @Test func invalidConfigurationStopsStartUpNamingTheVariable() async throws {
         let service = try ServiceProcess(environment: ["DATABASE_URL": "host=/nonexistent", "MAX_BODY_BYTES": "lots"])
         #expect(try await service.waitForExit() == 2)
         #expect(service.log.contains("MAX_BODY_BYTES"))
+        let badHost = try ServiceProcess(environment: ["DATABASE_URL": "host=/nonexistent", "HOST": "999.1.1.1"])
+        #expect(try await badHost.waitForExit() == 2)
+        #expect(badHost.log.contains("HOST must be an IP address"))
     }
 }

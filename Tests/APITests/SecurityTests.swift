@@ -55,9 +55,9 @@ struct SecurityTests {
     }
 
     @Test func theClientAddressIsTheOneTheTrustedProxyWrote() {
-        func address(_ forwarded: String?, hops: Int) -> String {
+        func address(_ forwarded: String?, hops: Int, socket: String = "127.0.0.1:5000") -> String {
             var request = HTTPRequest(method: "GET", target: "/")
-            request.remoteAddress = "127.0.0.1:5000"
+            request.remoteAddress = socket
             if let forwarded { request.headers.add(name: "X-Forwarded-For", value: forwarded) }
             return ClientAddress.of(request, trustedProxyHops: hops)
         }
@@ -66,6 +66,9 @@ struct SecurityTests {
         #expect(address("forged, 1.2.3.4, 10.0.0.2", hops: 2) == "1.2.3.4")
         #expect(address(nil, hops: 1) == "127.0.0.1")
         #expect(address("1.2.3.4", hops: 2) == "127.0.0.1")
+        // An IPv6 peer's address is all of it, not what precedes its first colon.
+        #expect(address(nil, hops: 0, socket: "[2001:db8::7]:5000") == "2001:db8::7")
+        #expect(address("forged", hops: 2, socket: "[::1]:5000") == "::1")
     }
 
     @Test func theRateLimitersMemoryIsBounded() {

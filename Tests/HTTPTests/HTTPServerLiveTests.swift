@@ -133,6 +133,32 @@ struct HTTPServerLiveTests {
         }
     }
 
+    /// `HOST` may be IPv6: `::` takes IPv6 and IPv4 clients (an IPv4 client reads as `a.b.c.d`, not as
+    /// `::ffff:a.b.c.d`, so per-address limits count it once), and `[::1]` is read as `::1`.
+    @Test func ipv6ListenersServeBothFamilies() async throws {
+        let whoami: HTTPHandler = { request in
+            HTTPResponse(status: 200, contentType: "text/plain", body: "\(request.remoteHost) \(request.remoteAddress)")
+        }
+        for host in ["::", "[::1]"] {
+            let configuration = HTTPServer.Configuration(host: host, port: 0, eventLoops: 1)
+            try await HTTPServer(configuration: configuration, handler: whoami).serving { port in
+                let request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+                let v6 = try #require(try await RawHTTPClient.exchange(port: port, host: "::1", request))
+                #expect(v6.text.hasPrefix("::1 [::1]:"), "\(host): \(v6.text)")
+                if host == "::" {
+                    let v4 = try #require(try await RawHTTPClient.exchange(port: port, host: "127.0.0.1", request))
+                    #expect(v4.text.hasPrefix("127.0.0.1 127.0.0.1:"), "\(v4.text)")
+                }
+            }
+        }
+        for host in ["0.0.0.0", "127.0.0.1", "::", "::1", "[::1]", "localhost", "fe80::1"] {
+            #expect(HTTPServer.canListen(on: host), "\(host)")
+        }
+        for host in ["", "999.1.1.1", "1.2.3", "example.com", "::g", "[::1", "::1]", "0.0.0.0:80"] {
+            #expect(!HTTPServer.canListen(on: host), "\(host)")
+        }
+    }
+
     /// A TLS handshake sent to the plain port, or an HTTP/0.9 request line, is answered 400 and closed at once, long
     /// before the request time-out (a client that guessed the scheme wrong learns it without waiting).
     @Test func aRequestLineThatCannotBeValidIsAnsweredAtOnce() async throws {

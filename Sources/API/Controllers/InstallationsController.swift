@@ -121,7 +121,7 @@ enum ClientAddress {
     /// trusted proxy wrote (entries to its left are client-written and may be forged). A request with fewer entries
     /// than that did not come through the proxies: the socket's address counts.
     static func of(_ request: HTTPRequest, trustedProxyHops: Int) -> String {
-        let socket = String(request.remoteAddress.split(separator: ":").first ?? "")
+        let socket = request.remoteHost
         guard trustedProxyHops > 0 else { return socket }
         let entries = request.headers.values("x-forwarded-for").flatMap { $0.split(separator: ",") }.map {
             $0.trimmingCharacters(in: " \t")
