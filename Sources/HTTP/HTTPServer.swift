@@ -21,7 +21,7 @@ public typealias HTTPImmediateHandler = @Sendable (HTTPRequest) -> HTTPResponse?
 /// ```
 public final class HTTPServer: Sendable {
     /// Whether `host` is an address the server can listen on (see ``Configuration/host``).
-    public static func canListen(on host: String) -> Bool { Socket.ListenAddress(host) != nil }
+    public static func canListen(on host: String) -> Bool { SocketAddress(host: host, port: 0) != nil }
 
     public struct Configuration: Sendable {
         /// An IPv4 or IPv6 address (`0.0.0.0`, `127.0.0.1`, `::`, `::1`, `[::1]`) or `localhost`; an IPv6 listener

@@ -16,69 +16,25 @@ public struct SocketError: Error, Sendable, CustomStringConvertible {
 
 /// Thin wrappers over the socket calls the event loops use.
 enum Socket {
-    /// A listening address: an IPv4 or IPv6 literal (`[…]` allowed around IPv6), or `localhost` (127.0.0.1).
-    enum ListenAddress {
-        case v4(in_addr)
-        case v6(in6_addr)
-
-        init?(_ host: String) {
-            var text = host == "localhost" ? "127.0.0.1" : host
-            if text.hasPrefix("["), text.hasSuffix("]") { text = String(text.dropFirst().dropLast()) }
-            var v4 = in_addr()
-            var v6 = in6_addr()
-            if inet_pton(AF_INET, text, &v4) == 1 {
-                self = .v4(v4)
-            } else if inet_pton(AF_INET6, text, &v6) == 1 {
-                self = .v6(v6)
-            } else {
-                return nil
-            }
-        }
-    }
-
     /// Opens a non-blocking listener with `SO_REUSEADDR`, on IPv4 or IPv6. An IPv6 listener also takes IPv4
     /// connections (`IPV6_V6ONLY` off), so `::` serves both families. Every event loop watches this one socket with
     /// `EPOLLEXCLUSIVE`, so the kernel wakes one loop per new connection. (No `SO_REUSEPORT`: a second process
     /// started on the same port must fail, not silently take half the traffic.)
     static func listen(host: String, port: Int, backlog: Int32) throws -> (fd: Int32, port: Int) {
-        guard let address = ListenAddress(host) else { throw SocketError("inet_pton(\(host))", errno: EINVAL) }
-        let family: Int32
-        switch address {
-        case .v4: family = AF_INET
-        case .v6: family = AF_INET6
+        guard let address = SocketAddress(host: host, port: port) else {
+            throw SocketError("inet_pton(\(host))", errno: EINVAL)
         }
         let fd = socket(
-            family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue),
+            0)
         guard fd >= 0 else { throw SocketError("socket") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var storage = sockaddr_storage()
-        let length: socklen_t
-        switch address {
-        case let .v4(ip):
-            length = withUnsafeMutablePointer(to: &storage) {
-                $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
-                    $0.pointee.sin_family = sa_family_t(AF_INET)
-                    $0.pointee.sin_port = in_port_t(UInt16(port).bigEndian)
-                    $0.pointee.sin_addr = ip
-                    return socklen_t(MemoryLayout<sockaddr_in>.size)
-                }
-            }
-        case let .v6(ip):
+        if address.family == AF_INET6 {
             var off: Int32 = 0
             setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &off, socklen_t(MemoryLayout<Int32>.size))
-            length = withUnsafeMutablePointer(to: &storage) {
-                $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
-                    $0.pointee.sin6_family = sa_family_t(AF_INET6)
-                    $0.pointee.sin6_port = in_port_t(UInt16(port).bigEndian)
-                    $0.pointee.sin6_addr = ip
-                    return socklen_t(MemoryLayout<sockaddr_in6>.size)
-                }
-            }
         }
-        let bound = withUnsafePointer(to: &storage) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
+        let bound = address.withSockaddr { bind(fd, $0, $1) }
         guard bound == 0 else {
             let e = SocketError("bind(\(host):\(port))")
             close(fd)

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Glibc
+import HTTP
 
 /// A response as the test client read it off the socket.
 public struct RawResponse: Sendable {
@@ -25,30 +26,9 @@ public final class RawHTTPClient: @unchecked Sendable {
 
     /// Connects to `host:port` (an IPv4 or IPv6 literal; 127.0.0.1 unless told) with a receive timeout.
     public init(port: Int, host: String = "127.0.0.1", timeout: Double = 10) throws {
-        let ok: Int32
-        if host.contains(":") {
-            fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in6()
-            address.sin6_family = sa_family_t(AF_INET6)
-            address.sin6_port = in_port_t(UInt16(port).bigEndian)
-            inet_pton(AF_INET6, host, &address.sin6_addr)
-            ok = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
-                }
-            }
-        } else {
-            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            inet_pton(AF_INET, host, &address.sin_addr)
-            ok = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
-        }
+        guard let address = SocketAddress(host: host, port: port) else { throw POSIXError(.EINVAL) }
+        fd = socket(address.family, Int32(SOCK_STREAM.rawValue), 0)
+        let ok = address.withSockaddr { connect(fd, $0, $1) }
         guard ok == 0 else {
             // No close here: the instance is fully initialised, so deinit runs and closes the descriptor. Closing
             // it twice would close whatever socket reused the number meanwhile (seen as EBADF in other tests).

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HTTP
 
 /// `token-registry probe [--path /healthz] [--port P] [--host H] [--timeout-ms 2000]`: a health check the container
 /// runs against its own process, so the image needs no curl. Sends one `GET` to the service's listen address (`HOST`,
@@ -38,43 +39,20 @@ enum Probe {
 
     /// The status code of `GET path` on host:port (an IPv4 or IPv6 literal).
     static func get(path: String, host: String = "127.0.0.1", port: UInt16, timeoutMillis: Int) throws -> Int {
-        let v6 = host.contains(":")
-        let fd = socket(v6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard let address = SocketAddress(host: host, port: Int(port)) else {
+            throw CLIError("--host \(host): not an IP address")
+        }
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw CLIError("socket: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var limit = timeval(tv_sec: timeoutMillis / 1000, tv_usec: (timeoutMillis % 1000) * 1000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        let connected: Int32
-        if v6 {
-            var address = sockaddr_in6()
-            address.sin6_family = sa_family_t(AF_INET6)
-            address.sin6_port = port.bigEndian
-            guard inet_pton(AF_INET6, host, &address.sin6_addr) == 1 else {
-                throw CLIError("--host \(host): not an address")
-            }
-            connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
-                }
-            }
-        } else {
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
-                throw CLIError("--host \(host): not an address")
-            }
-            connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
-        }
+        let connected = address.withSockaddr { connect(fd, $0, $1) }
         guard connected == 0 else {
             throw CLIError("connect to \(host) port \(port): \(String(cString: strerror(errno)))")
         }
-        let authority = v6 ? "[\(host)]" : host
+        let authority = address.family == AF_INET6 ? "[\(host)]" : host
         let request = Array("GET \(path) HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n".utf8)
         guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count
         else { throw CLIError("send: \(String(cString: strerror(errno)))") }
