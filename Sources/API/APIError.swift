@@ -36,6 +36,7 @@ public struct APIError: Error, Sendable {
             case .alreadyExists: return APIError(409, "ALREADY_EXISTS", e.message)
             case .failedPrecondition: return APIError(400, "FAILED_PRECONDITION", e.message)
             case .aborted: return APIError(409, "ABORTED", e.message)
+            case .resourceExhausted: return APIError(429, "RESOURCE_EXHAUSTED", e.message)
             case .unavailable:
                 var unavailable = APIError(503, "UNAVAILABLE", e.message)
                 unavailable.headers.add(name: "retry-after", value: "1")

@@ -54,6 +54,8 @@ public struct FieldReader {
             throw APIError.invalid("\(name(key)): must be a string, not \(value.typeName)")
         }
         guard s.utf8.count <= maxBytes else { throw APIError.invalid("\(name(key)): longer than \(maxBytes) bytes") }
+        // No stored or sent text can hold NUL (PostgreSQL's text cannot; C strings end there).
+        guard !s.utf8.contains(0) else { throw APIError.invalid("\(name(key)): must not contain NUL") }
         if !allowEmpty && s.isEmpty { throw APIError.invalid("\(name(key)): must not be empty") }
         return s
     }

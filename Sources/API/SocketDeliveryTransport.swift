@@ -72,8 +72,9 @@ public struct SocketDeliveryTransport: DeliveryTransport {
         }
         let remaining = timeout - (ContinuousClock.now - started)
         guard remaining > .zero else { return .failed("timed out") }
-        var request = "POST \(target.target) HTTP/1.1\r\nHost: \(target.host)"
-        if target.port != (target.scheme == "https" ? 443 : 80) { request += ":\(target.port)" }
+        // Endpoint admits only RFC 3986 bytes in the target and host, and the headers are the registry's own: nothing
+        // here can end the request line or a header early.
+        var request = "POST \(target.target) HTTP/1.1\r\nHost: \(target.hostHeader)"
         request += "\r\nUser-Agent: token-registry\r\nConnection: close\r\nContent-Length: \(body.count)\r\n"
         for (name, value) in headers { request += "\(name): \(value)\r\n" }
         let bytes = Array((request + "\r\n").utf8) + body

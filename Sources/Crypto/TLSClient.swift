@@ -39,12 +39,14 @@ public final class TLSClient {
         self.ssl = ssl
         SSL_set_fd(ssl, fd)
         // The certificate must name the host (a literal address is matched as an IP address).
+        // Each call's result is checked: an identity that was not set would let any trusted certificate pass.
+        let identitySet: Bool
         if serverName.contains(":") || serverName.allSatisfy({ $0.isNumber || $0 == "." }) {
-            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), serverName)
+            identitySet = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), serverName) == 1
         } else {
-            SSL_set1_host(ssl, serverName)
-            _ = shim_SSL_set_tlsext_host_name(ssl, serverName)
+            identitySet = SSL_set1_host(ssl, serverName) == 1 && shim_SSL_set_tlsext_host_name(ssl, serverName) == 1
         }
+        guard identitySet else { throw CryptoError(.invalidKey, "the TLS peer identity could not be set") }
         try drive("TLS handshake") { SSL_connect(ssl) }
         guard SSL_get_verify_result(ssl) == X509_V_OK else { throw CryptoError(.invalidKey, "certificate not trusted") }
     }

@@ -108,6 +108,11 @@ public struct RouteTable: Sendable {
             guard let decoded = PercentDecoding.decode(Substring(raw)) else {
                 return .badPath("the path has invalid percent-encoding")
             }
+            // No route takes a control character in a segment (the raw target cannot hold one; an escape can): NUL,
+            // CR or LF never reach a handler, a store or a log line.
+            if raw.contains(UInt8(ascii: "%")), decoded.utf8.contains(where: { $0 < 0x20 || $0 == 0x7f }) {
+                return .badPath("the path has a percent-encoded control character")
+            }
             segments.append(decoded)
         }
         // The most specific templates that match the path decide, whatever the method: a path that names a custom

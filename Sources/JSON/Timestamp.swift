@@ -12,7 +12,9 @@ public enum Timestamp {
     /// The RFC 3339 text appended as bytes (no quotes; nothing in it needs escaping in JSON): this runs once per row
     /// when a topic's members are streamed.
     public static func appendRFC3339(_ date: Date, to out: inout [UInt8]) {
-        let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded(.down))
+        // Years 0001-9999 only (what RFC 3339 can write): a date outside, or not finite, is written at the edge.
+        let raw = (date.timeIntervalSince1970 * 1_000_000).rounded(.down)
+        let micros = raw.isFinite ? Int64(min(max(raw, -62_135_596_800_000_000), 253_402_300_799_999_999)) : 0
         let seconds = micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000
         let fraction = Int(micros - Int64(seconds) * 1_000_000)
         let days = Int(seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400)

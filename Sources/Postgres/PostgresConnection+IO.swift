@@ -206,9 +206,9 @@ extension PostgresConnection {
 }
 
 /// Calls `body` with C string pointers for `strings` (nil for NULL), valid for the duration of the call.
-/// All the strings share one buffer, each followed by its NUL (a string with a NUL of its own ends there for libpq, as
-/// it did with a copy per string): at most two allocations a statement (a small buffer is on the stack), not one a
-/// parameter.
+/// All the strings share one buffer, each followed by its NUL: at most two allocations a statement (a small buffer is
+/// on the stack), not one a parameter. No string here holds a NUL of its own (``PostgresConnection/pipeline(_:)``
+/// refuses those before sending), so what libpq reads is the whole value.
 private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
     var size = 0
     for string in strings { size += (string?.utf8.count ?? 0) + 1 }

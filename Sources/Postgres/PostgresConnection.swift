@@ -147,7 +147,14 @@ public actor PostgresConnection {
     /// Outside a transaction the statements run as one implicit transaction, committed at the end: the first that
     /// fails rolls back those before it, and those after it answer an error without running. Inside a transaction
     /// (after `BEGIN`) they run in it, and the first failure aborts it.
+    ///
+    /// A parameter holding NUL is refused before anything is sent (the statement answers
+    /// ``PostgresError/nulInParameter``, the others ``notRun``): libpq would cut it there, and the statement would run
+    /// on another value than the caller's (`crm\0x` matching the row `crm`).
     public func pipeline(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
+        if let bad = queries.firstIndex(where: { $0.binds.contains { $0?.utf8.contains(0) == true } }) {
+            return queries.indices.map { $0 == bad ? .failure(PostgresError.nulInParameter) : .failure(Self.notRun) }
+        }
         await takeTurn()
         defer { giveTurn() }
         guard beginPending else { return try await runPipeline(queries) }

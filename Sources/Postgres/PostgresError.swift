@@ -41,6 +41,10 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     /// A write reached a server that only reads: a standby, or a primary demoted by a failover.
     public static let readOnlySQLTransaction = "25006"
 
+    /// SQLSTATE 22021 (character_not_in_repertoire), what PostgreSQL answers for NUL in text, raised before sending.
+    public static let nulInParameter = PostgresError(
+        .server, sqlState: "22021", message: "a text parameter holds NUL, which PostgreSQL text cannot; not sent")
+
     public static let uniqueViolation = "23505"
     public static let foreignKeyViolation = "23503"
     public static let serializationFailure = "40001"

@@ -159,8 +159,9 @@ public final class Catalog: Sendable {
 
     /// The project named by ID or number, as `{project}` in a path.
     public func project(_ reference: String) async throws -> Project? {
+        // A project ID's rule, or a project number: nothing else is looked up (or cached as an alias).
+        guard Identifiers.isValidProjectID(reference) || Identifiers.isProjectNumber(reference) else { return nil }
         if let hit = cached(projects, reference) { return hit.value }
-        guard reference.utf8.count <= 64 else { return nil }
         let project = try await store.project(idOrNumber: reference)
         remember(projects, reference, project)
         return project

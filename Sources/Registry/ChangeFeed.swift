@@ -8,7 +8,7 @@ public struct ChangeFeed: Sendable {
     public func events(projectID: String, after cursor: Int64, limit: Int, waitSeconds: Int = 0) async throws
         -> [FeedEvent]
     {
-        let deadline = ContinuousClock.now + .seconds(waitSeconds)
+        let deadline = ContinuousClock.now + .seconds(min(max(waitSeconds, 0), 60))
         var page = try await store.events(projectID: projectID, after: cursor, limit: limit)
         while page.isEmpty && ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(200))

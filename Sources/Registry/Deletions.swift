@@ -14,6 +14,47 @@ public struct LinkedService: Sendable, Equatable {
     }
 }
 
+/// Who knows a linked service's secret: the project, when a server-key call handed it out (at creation, or a re-key
+/// by the project), or the service alone, when the service asked for it with a rotation signed by its current one.
+public enum SecretHolder: String, Sendable, Equatable {
+    case project
+    case service
+}
+
+/// A secret in force for a linked service, and who holds it.
+public struct LinkedServiceSecret: Sendable, Equatable {
+    public let secret: String
+    public let holder: SecretHolder
+
+    public init(_ secret: String, holder: SecretHolder) {
+        self.secret = secret
+        self.holder = holder
+    }
+}
+
+/// A linked service's secrets in force (current first) and when the project last re-keyed it, if ever.
+public struct LinkedServiceKeys: Sendable, Equatable {
+    public let secrets: [LinkedServiceSecret]
+    public let rekeyedByProjectAt: Date?
+
+    public init(secrets: [LinkedServiceSecret], rekeyedByProjectAt: Date?) {
+        self.secrets = secrets
+        self.rekeyedByProjectAt = rekeyedByProjectAt
+    }
+}
+
+/// What an acknowledgement did to its delivery.
+public enum AcknowledgeOutcome: Sendable, Equatable {
+    /// The delivery was pending or accepted and is now acknowledged.
+    case acknowledged
+    /// It was already acknowledged (a retried acknowledgement): nothing changed.
+    case alreadyAcknowledged
+    /// No delivery of this deletion to the service with that delivery id is on record.
+    case notFound
+    /// The delivery is closed another way (abandoned: the service was removed); an acknowledgement cannot reopen it.
+    case closed(DeliveryState)
+}
+
 /// One service's part of a deletion receipt.
 public struct DeliveryStatus: Sendable, Equatable {
     public let service: String
@@ -21,13 +62,20 @@ public struct DeliveryStatus: Sendable, Equatable {
     public let attempts: Int
     public let lastError: String?
     public let acknowledgedAt: Date?
+    /// When the project had last re-keyed the service (a secret it could sign with) before it acknowledged, or, while
+    /// unacknowledged, at all: the receipt says so, since the project then knew a secret that signs.
+    public let rekeyedByProjectAt: Date?
 
-    public init(service: String, state: DeliveryState, attempts: Int, lastError: String?, acknowledgedAt: Date?) {
+    public init(
+        service: String, state: DeliveryState, attempts: Int, lastError: String?, acknowledgedAt: Date?,
+        rekeyedByProjectAt: Date? = nil
+    ) {
         self.service = service
         self.state = state
         self.attempts = attempts
         self.lastError = lastError
         self.acknowledgedAt = acknowledgedAt
+        self.rekeyedByProjectAt = rekeyedByProjectAt
     }
 }
 
@@ -92,25 +140,31 @@ public struct DeletionReceipt: Sendable, Equatable {
 
 /// Storage of linked services, deletion records and acknowledgements.
 public protocol DeletionStore: Sendable {
+    /// Adds a service whose first secret the project holds, unless the project has `limit` services already.
+    ///
     /// - Returns: false when the project already has a service of that name.
-    func addLinkedService(projectID: String, service: LinkedService, secret: String) async throws -> Bool
+    /// - Throws: `.resourceExhausted`-style `.failedPrecondition` when the project has `limit` services.
+    func addLinkedService(projectID: String, service: LinkedService, secret: String, limit: Int) async throws -> Bool
     func linkedServices(projectID: String) async throws -> [LinkedService]
     /// Removes a service; its unconfirmed deliveries become `abandoned`, and a deletion left with none open
     /// completes at `at`.
     func removeLinkedService(projectID: String, name: String, at: Date) async throws -> Bool
     /// The secrets a service's signatures may be made with at `at` (current first); nil for no such service.
-    func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> [String]?
-    /// Replaces a service's secret; the old one stays valid until `previousUntil`. False for no such service.
-    func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool
+    func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> LinkedServiceKeys?
+    /// Replaces a service's secret with one `holder` holds; the old one stays valid until `previousUntil`. A
+    /// `.project` holder records `at` as the service's re-key by the project. False for no such service.
+    func rotateSecret(
+        projectID: String, name: String, secret: String, holder: SecretHolder, previousUntil: Date, at: Date
+    ) async throws -> Bool
     /// The live deletion record of a FID, or the purged one known by its hash.
     func deletion(projectID: String, fid: String, fidHash: [UInt8]) async throws -> DeletionRecord?
     /// Records in the given state at `now`, in id order after `afterID`.
     func deletions(projectID: String, state: ReceiptState, at now: Date, afterID: Int64, limit: Int) async throws
         -> [DeletionRecord]
-    /// Marks the service's delivery confirmed; completes the deletion when it was the last.
-    ///
-    /// - Returns: false when no such delivery is on record.
-    func acknowledge(projectID: String, fid: String, service: String, at: Date) async throws -> Bool
+    /// Marks the service's delivery `deliveryID` confirmed when it is pending or accepted (recording the service's
+    /// re-key by the project, if any); completes the deletion when it was the last.
+    func acknowledge(projectID: String, fid: String, service: String, deliveryID: String, at: Date) async throws
+        -> AcknowledgeOutcome
 }
 
 /// Timing of the deletion machinery; every value is configurable.
@@ -130,6 +184,11 @@ public struct DeletionPolicy: Sendable {
     public var deliveryRunBudget: TimeInterval = 5
     /// Where notices may go: never inside the network unless allowed (and only to listed hosts, when listed).
     public var endpoints = EndpointPolicy()
+    /// Linked services a project may have.
+    public var maxLinkedServices = 20
+    /// Deliveries of one project claimed at once (per claim, so per replica in flight): one project's backlog
+    /// never takes a run's whole batch.
+    public var deliveriesPerProject = 4
 
     public init() {}
 
@@ -192,7 +251,10 @@ public struct DeletionService: Sendable {
         } catch {}
         let secret = try DeletionService.newSecret()
         let service = LinkedService(name: name, endpoint: endpoint, createdAt: clock.now())
-        guard try await store.addLinkedService(projectID: projectID, service: service, secret: secret) else {
+        guard
+            try await store.addLinkedService(
+                projectID: projectID, service: service, secret: secret, limit: policy.maxLinkedServices)
+        else {
             throw RegistryError(.alreadyExists, "linked service \(name) already exists")
         }
         return (service, secret)
@@ -202,27 +264,70 @@ public struct DeletionService: Sendable {
         try await store.linkedServices(projectID: projectID)
     }
 
-    /// A new secret for a service (shown once). For ``secretOverlap`` the old one keeps working: notices carry
-    /// both signatures and acknowledgements may use either; deliveries under way are kept.
+    /// The project re-keys a service (it lost its secret): a new secret, shown to the server-key holder once. For
+    /// ``secretOverlap`` the old one keeps working: notices carry both signatures and acknowledgements may use either;
+    /// deliveries under way are kept. The project now knows a secret that signs, so acknowledgements need the
+    /// service's own rotation again, and every receipt entry of the service from now on says when the project re-keyed
+    /// it.
     ///
     /// - Returns: the new secret and until when the old one works; nil for no such service.
     public func rotateSecret(projectID: String, name: String) async throws -> (secret: String, previousUntil: Date)? {
+        guard DeletionService.isValidServiceName(name) else { return nil }
+        return try await rotate(projectID: projectID, name: name, holder: .project)
+    }
+
+    /// The linked service asks for a new secret, signing the request with its current one
+    /// (``WebhookSignature/Purpose/rotation(project:service:)``): the answer goes only to the service, so the new
+    /// secret is the service's alone and signs acknowledgements.
+    ///
+    /// - Returns: the new secret and until when the old one works; nil for no such service.
+    /// - Throws: `.unauthenticated` when the signature is missing, stale or not made with the current secret.
+    public func rotateSecretAsService(projectID: String, name: String, signature: String, body: [UInt8])
+        async throws -> (secret: String, previousUntil: Date)?
+    {
+        guard DeletionService.isValidServiceName(name),
+            let keys = try await store.linkedServiceSecrets(projectID: projectID, name: name, at: clock.now())
+        else { return nil }
+        let current = keys.secrets.prefix(1).map(\.secret)
+        guard
+            WebhookSignature.verify(
+                header: signature, secrets: current, body: body, now: DeletionService.wallClockSeconds(),
+                for: .rotation(project: projectID, service: name))
+        else {
+            throw RegistryError(
+                .unauthenticated,
+                "a rotation must carry Registry-Signature: t=<unix seconds>,v1=<HMAC-SHA256 with the service's current secret of \"registry-rotate.v1\\n<t>\\n<project>\\n<service>\\n<body>\">, made within 5 minutes"
+            )
+        }
+        return try await rotate(projectID: projectID, name: name, holder: .service)
+    }
+
+    private func rotate(projectID: String, name: String, holder: SecretHolder) async throws -> (
+        secret: String, previousUntil: Date
+    )? {
         let secret = try DeletionService.newSecret()
-        let until = clock.now().addingTimeInterval(DeletionService.secretOverlap)
-        guard try await store.rotateSecret(projectID: projectID, name: name, secret: secret, previousUntil: until)
+        let now = clock.now()
+        let until = now.addingTimeInterval(DeletionService.secretOverlap)
+        guard
+            try await store.rotateSecret(
+                projectID: projectID, name: name, secret: secret, holder: holder, previousUntil: until, at: now)
         else { return nil }
         return (secret, until)
     }
 
+    /// The wall clock in whole seconds, as signatures carry it (the receiver checks them against its own).
+    static func wallClockSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
+
     /// Removes a service; its open deliveries read `abandoned` (it will not confirm them).
     public func removeLinkedService(projectID: String, name: String) async throws -> Bool {
-        try await store.removeLinkedService(projectID: projectID, name: name, at: clock.now())
+        guard DeletionService.isValidServiceName(name) else { return false }
+        return try await store.removeLinkedService(projectID: projectID, name: name, at: clock.now())
     }
 
     // MARK: - Receipts
 
     public func receipt(projectID: String, fid: String) async throws -> DeletionReceipt? {
-        guard fid.utf8.count <= 256 else { return nil }
+        guard Identifiers.isValidFID(fid) else { return nil }
         let record = try await receipts.deletion(
             projectID: projectID, fid: fid, fidHash: fidHasher.hash(projectID: projectID, fid: fid))
         return record.map { DeletionReceipt($0, at: clock.now()) }
@@ -240,27 +345,47 @@ public struct DeletionService: Sendable {
     }
 
     /// A service confirms, after answering 202, that it deleted the installation's data. The confirmation is the
-    /// service's own word: signed with its secret (``WebhookSignature``), never a server key's.
+    /// service's own word: signed for this very delivery (``WebhookSignature/Purpose/acknowledgement``) with a
+    /// secret the service holds alone, never a server key's, nor one a server-key call handed out.
     ///
     /// - Parameters:
+    ///   - deliveryID: the `deliveryId` of the notice it confirms.
     ///   - signature: the request's `Registry-Signature` header.
     ///   - body: the request's raw body, as signed.
-    /// - Returns: false when no delivery of this deletion to the service is on record.
-    /// - Throws: `.unauthenticated` when the signature is missing, stale or not the service's.
-    public func acknowledge(projectID: String, fid: String, service: String, signature: String?, body: [UInt8])
-        async throws -> Bool
-    {
+    /// - Throws: `.unauthenticated` when the signature is missing, stale or not the service's; `.permissionDenied`
+    ///   when it was made with a secret the project holds; `.notFound` when no such delivery is on record;
+    ///   `.failedPrecondition` when the delivery is closed another way (abandoned).
+    public func acknowledge(
+        projectID: String, fid: String, service: String, deliveryID: String, signature: String?, body: [UInt8]
+    ) async throws {
         let now = clock.now()
-        guard let signature,
-            let secrets = try await store.linkedServiceSecrets(projectID: projectID, name: service, at: now),
-            WebhookSignature.verify(
-                header: signature, secrets: secrets, body: body, now: Int64(Date().timeIntervalSince1970))
+        let purpose = WebhookSignature.Purpose.acknowledgement(
+            project: projectID, fid: fid, service: service, deliveryID: deliveryID)
+        guard let signature, DeletionService.isValidServiceName(service), Identifiers.isPlainText(deliveryID),
+            let keys = try await store.linkedServiceSecrets(projectID: projectID, name: service, at: now),
+            let signer = WebhookSignature.signer(
+                header: signature, secrets: keys.secrets.map(\.secret), body: body,
+                now: DeletionService.wallClockSeconds(), for: purpose)
         else {
             throw RegistryError(
                 .unauthenticated,
-                "an acknowledgement must carry Registry-Signature: t=<unix seconds>,v1=<HMAC-SHA256 with the service's secret of \"<t>.<body>\">, made within 5 minutes"
+                "an acknowledgement must carry Registry-Signature: t=<unix seconds>,v1=<HMAC-SHA256 with the service's secret of \"registry-ack.v1\\n<t>\\n<project>\\n<fid>\\n<service>\\n<deliveryId>\\n<body>\">, made within 5 minutes"
             )
         }
-        return try await store.acknowledge(projectID: projectID, fid: fid, service: service, at: now)
+        guard keys.secrets[signer].holder == .service else {
+            throw RegistryError(
+                .permissionDenied,
+                "this secret was handed out through a server key; the service must first replace it with its own (POST …/linkedServices/\(service):rotateSecret, signed with it)"
+            )
+        }
+        switch try await store.acknowledge(
+            projectID: projectID, fid: fid, service: service, deliveryID: deliveryID, at: now)
+        {
+        case .acknowledged, .alreadyAcknowledged: return
+        case .notFound:
+            throw RegistryError(.notFound, "no delivery \(deliveryID.prefix(64)) of this deletion to \(service) is on record")
+        case let .closed(state):
+            throw RegistryError(.failedPrecondition, "the delivery is \(state.rawValue); an acknowledgement cannot reopen it")
+        }
     }
 }

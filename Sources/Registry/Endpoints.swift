@@ -38,59 +38,83 @@ public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    /// The IPv4 address an IPv6 one carries (mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d`, NAT64
-    /// `64:ff9b::a.b.c.d`), so it is judged as that address.
+    /// The IPv4 address an IPv6 one carries, so it is judged as that address: mapped `::ffff:a.b.c.d`, compatible
+    /// `::a.b.c.d`, NAT64 `64:ff9b::a.b.c.d` (RFC 6052), and 6to4 `2002:aabb:ccdd::/48` (RFC 3056).
     var embeddedV4: UInt32? {
         guard case let .v6(b) = self, b.count == 16 else { return nil }
-        let tail = UInt32(b[12]) << 24 | UInt32(b[13]) << 16 | UInt32(b[14]) << 8 | UInt32(b[15])
+        func v4(_ at: Int) -> UInt32 {
+            UInt32(b[at]) << 24 | UInt32(b[at + 1]) << 16 | UInt32(b[at + 2]) << 8 | UInt32(b[at + 3])
+        }
         let head = b[0..<10]
         if head.allSatisfy({ $0 == 0 }) && ((b[10] == 0xff && b[11] == 0xff) || (b[10] == 0 && b[11] == 0)) {
-            return tail
+            return v4(12)
         }
-        if b[0] == 0x00, b[1] == 0x64, b[2] == 0xff, b[3] == 0x9b, b[4..<12].allSatisfy({ $0 == 0 }) { return tail }
+        if b[0] == 0x00, b[1] == 0x64, b[2] == 0xff, b[3] == 0x9b, b[4..<12].allSatisfy({ $0 == 0 }) { return v4(12) }
+        if b[0] == 0x20, b[1] == 0x02 { return v4(2) }
         return nil
     }
 
-    /// True for an address on the public internet: not loopback, private (RFC 1918), CGNAT, link-local,
-    /// unique-local, unspecified, multicast, broadcast or otherwise reserved.
+    /// The IANA IPv4 Special-Purpose Address Registry's blocks that are not globally reachable, with multicast and
+    /// the deprecated 6to4 relay anycast (RFC 7526): (network, prefix length).
+    static let specialV4: [(UInt32, UInt32)] = [
+        (0x0000_0000, 8),  // 0.0.0.0/8: "this network"
+        (0x0a00_0000, 8),  // 10/8: private
+        (0x6440_0000, 10),  // 100.64/10: shared address space (CGNAT)
+        (0x7f00_0000, 8),  // 127/8: loopback
+        (0xa9fe_0000, 16),  // 169.254/16: link-local (cloud metadata)
+        (0xac10_0000, 12),  // 172.16/12: private
+        (0xc000_0000, 24),  // 192.0.0/24: IETF protocol assignments
+        (0xc000_0200, 24),  // 192.0.2/24: documentation (TEST-NET-1)
+        (0xc058_6300, 24),  // 192.88.99/24: 6to4 relay anycast (deprecated)
+        (0xc0a8_0000, 16),  // 192.168/16: private
+        (0xc612_0000, 15),  // 198.18/15: benchmarking
+        (0xc633_6400, 24),  // 198.51.100/24: documentation (TEST-NET-2)
+        (0xcb00_7100, 24),  // 203.0.113/24: documentation (TEST-NET-3)
+        (0xe000_0000, 4),  // 224/4: multicast
+        (0xf000_0000, 4),  // 240/4: reserved, and 255.255.255.255 broadcast
+    ]
+
+    /// The IANA IPv6 Special-Purpose Address Registry's blocks that are not globally reachable (those that embed an
+    /// IPv4 address are judged by it, ``embeddedV4``), with multicast and site-local: (prefix bytes, prefix length).
+    static let specialV6: [([UInt8], Int)] = [
+        ([0x00, 0x64, 0xff, 0x9b, 0x00, 0x01], 48),  // 64:ff9b:1::/48: local-use NAT64 (RFC 8215)
+        ([0x01, 0x00, 0, 0, 0, 0, 0, 0], 64),  // 100::/64: discard-only
+        ([0x20, 0x01, 0x00, 0x00], 23),  // 2001::/23: IETF protocol assignments, Teredo 2001::/32 among them
+        ([0x20, 0x01, 0x0d, 0xb8], 32),  // 2001:db8::/32: documentation
+        ([0x3f, 0xff], 20),  // 3fff::/20: documentation (RFC 9637)
+        ([0x5f, 0x00], 16),  // 5f00::/16: SRv6 SIDs
+        ([0xfc], 7),  // fc00::/7: unique-local
+        ([0xfe, 0x80], 10),  // fe80::/10: link-local
+        ([0xfe, 0xc0], 10),  // fec0::/10: site-local (deprecated)
+        ([0xff], 8),  // ff00::/8: multicast
+    ]
+
+    /// True for an address on the public internet: none of the IANA special-purpose blocks that are not globally
+    /// reachable (loopback, private, CGNAT, link-local, unique-local, documentation, benchmarking, unspecified,
+    /// multicast, broadcast, reserved), in IPv4 or IPv6, and no IPv4 address embedded in IPv6 that is one of them.
     public var isPublic: Bool {
         if let v4 = embeddedV4 {
             // `::` and `::1` are IPv6's own unspecified and loopback addresses, not IPv4 ones.
-            if case let .v6(b) = self, b[10] == 0, b[11] == 0, v4 <= 1 { return false }
+            if case let .v6(b) = self, b[0] == 0, b[10] == 0, b[11] == 0, v4 <= 1 { return false }
             return IPAddress.v4(v4).isPublic
         }
         switch self {
         case let .v4(a):
-            func within(_ network: UInt32, _ bits: UInt32) -> Bool {
+            return !IPAddress.specialV4.contains { network, bits in
                 let mask: UInt32 = bits == 0 ? 0 : ~UInt32(0) << (32 - bits)
                 return a & mask == network & mask
             }
-            let refused: [(UInt32, UInt32)] = [
-                (0x0000_0000, 8),  // 0.0.0.0/8: unspecified, "this network"
-                (0x0a00_0000, 8),  // 10/8
-                (0x6440_0000, 10),  // 100.64/10: carrier-grade NAT
-                (0x7f00_0000, 8),  // 127/8: loopback
-                (0xa9fe_0000, 16),  // 169.254/16: link-local (cloud metadata)
-                (0xac10_0000, 12),  // 172.16/12
-                (0xc000_0000, 24),  // 192.0.0/24: IETF protocol assignments
-                (0xc000_0200, 24),  // 192.0.2/24: documentation
-                (0xc0a8_0000, 16),  // 192.168/16
-                (0xc612_0000, 15),  // 198.18/15: benchmarking
-                (0xc633_6400, 24),  // 198.51.100/24: documentation
-                (0xcb00_7100, 24),  // 203.0.113/24: documentation
-                (0xe000_0000, 4),  // 224/4: multicast
-                (0xf000_0000, 4),  // 240/4: reserved, and broadcast
-            ]
-            return !refused.contains { within($0.0, $0.1) }
         case let .v6(b):
-            if b.allSatisfy({ $0 == 0 }) { return false }  // ::
-            if b[0..<15].allSatisfy({ $0 == 0 }) && b[15] == 1 { return false }  // ::1
-            if b[0] == 0xff { return false }  // ff00::/8 multicast
-            if b[0] & 0xfe == 0xfc { return false }  // fc00::/7 unique-local
-            if b[0] == 0xfe && b[1] & 0xc0 == 0x80 { return false }  // fe80::/10 link-local
-            if b[0] == 0xfe && b[1] & 0xc0 == 0xc0 { return false }  // fec0::/10 site-local (deprecated)
-            if b[0] == 0x20, b[1] == 0x01, b[2] == 0x0d, b[3] == 0xb8 { return false }  // 2001:db8::/32 documentation
-            return true
+            guard b.count == 16 else { return false }
+            return !IPAddress.specialV6.contains { prefix, bits in
+                for bit in 0..<bits {
+                    let byte = bit / 8
+                    let mask = UInt8(0x80) >> UInt8(bit % 8)
+                    let expected = byte < prefix.count ? prefix[byte] & mask : 0
+                    if b[byte] & mask != expected { return false }
+                }
+                return true
+            }
         }
     }
 }
@@ -103,29 +127,109 @@ public protocol HostResolver: Sendable {
 
 /// A linked service's endpoint, checked: an absolute http(s) URL whose host is not, and does not resolve to, an
 /// address inside the network the service runs in, unless private targets are allowed (tests, development).
+///
+/// Parsed by byte, by RFC 3986's grammar: every byte is one the RFC allows in a URL (unreserved, sub-delims, `:@/?`,
+/// `%` with two hex digits), so nothing that could end a request line or a header (space, CR, LF, NUL, any control
+/// or non-ASCII byte) can be in one. The path and query are kept exactly as written, percent-escapes and all: they are
+/// what the request line carries. No user part, no fragment; the host is a name of letters, digits, hyphens and dots,
+/// or an address literal (`[v6]`).
 public struct Endpoint: Sendable, Equatable {
     public let scheme: String
     public let host: String
     public let port: Int
-    /// Path and query, at least `/`.
+    /// Path and query, at least `/`, as written.
     public let target: String
+
+    /// The `Host` header's value: the host, bracketed when it is IPv6, and the port when it is not the scheme's.
+    public var hostHeader: String {
+        let name = host.contains(":") ? "[\(host)]" : host
+        return port == (scheme == "https" ? 443 : 80) ? name : "\(name):\(port)"
+    }
 
     /// Parses `text`.
     ///
     /// - Throws: `.invalidArgument` naming `endpoint`.
     public init(_ text: String) throws {
-        guard text.utf8.count <= 2048, !text.contains(where: { $0 == " " || $0.isNewline }),
-            let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-            let host = url.host, !host.isEmpty, url.user == nil, url.password == nil
-        else { throw RegistryError.invalid("endpoint", "must be an absolute http(s) URL") }
-        self.scheme = scheme
-        self.host = host.lowercased()
-        guard let port = url.port ?? (scheme == "https" ? 443 : 80) as Int?, (1...65535).contains(port) else {
-            throw RegistryError.invalid("endpoint", "has no valid port")
+        func refuse(_ why: String) -> RegistryError { RegistryError.invalid("endpoint", why) }
+        let bytes = Array(text.utf8)
+        guard bytes.count <= 2048 else { throw refuse("longer than 2048 bytes") }
+        var i = 0
+        while i < bytes.count {
+            let c = bytes[i]
+            if c == UInt8(ascii: "%") {
+                guard i + 2 < bytes.count, Endpoint.isHex(bytes[i + 1]), Endpoint.isHex(bytes[i + 2]) else {
+                    throw refuse("has a '%' not followed by two hex digits")
+                }
+                i += 3
+                continue
+            }
+            guard Endpoint.isURLByte(c) else {
+                throw refuse("must be an absolute http(s) URL of RFC 3986 characters (percent-encode the others)")
+            }
+            i += 1
         }
-        self.port = port
-        let path = url.path.isEmpty ? "/" : url.path
-        target = url.query.map { path + "?" + $0 } ?? path
+        let lowered = text.lowercased()
+        let rest: Substring
+        if lowered.hasPrefix("https://") {
+            scheme = "https"
+            rest = text.dropFirst(8)
+        } else if lowered.hasPrefix("http://") {
+            scheme = "http"
+            rest = text.dropFirst(7)
+        } else {
+            throw refuse("must be an absolute http(s) URL")
+        }
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+        let authority = rest[..<authorityEnd]
+        var target = String(rest[authorityEnd...])
+        guard !target.contains("#") else { throw refuse("must not have a fragment") }
+        guard !authority.contains("@") else { throw refuse("must not carry a user or password") }
+        if target.isEmpty { target = "/" } else if target.hasPrefix("?") { target = "/" + target }
+        self.target = target
+        // The host: `[v6]`, or a name (or IPv4 literal) of letters, digits, hyphens and dots; then `:port`.
+        var hostPart: Substring
+        var portPart: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { throw refuse("has an unclosed '['") }
+            hostPart = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { throw refuse("has no valid port") }
+                portPart = after.dropFirst()
+            }
+            guard case .v6? = IPAddress.literal(String(hostPart)), !hostPart.contains("%") else {
+                throw refuse("has an invalid IPv6 address")
+            }
+        } else {
+            let colon = authority.firstIndex(of: ":")
+            hostPart = authority[..<(colon ?? authority.endIndex)]
+            if let colon { portPart = authority[authority.index(after: colon)...] }
+            guard
+                hostPart.utf8.allSatisfy({
+                    Identifiers.isBase64URLChar($0) && $0 != UInt8(ascii: "_") || $0 == UInt8(ascii: ".")
+                })
+            else { throw refuse("has a host that is not a name or an address") }
+        }
+        guard !hostPart.isEmpty, hostPart.utf8.count <= 253 else { throw refuse("has no host") }
+        host = hostPart.lowercased()
+        if let portPart {
+            guard (1...5).contains(portPart.utf8.count), portPart.utf8.allSatisfy({ (48...57).contains($0) }),
+                let number = Int(portPart), (1...65535).contains(number)
+            else { throw refuse("has no valid port") }
+            port = number
+        } else {
+            port = scheme == "https" ? 443 : 80
+        }
+    }
+
+    private static func isHex(_ c: UInt8) -> Bool {
+        (48...57).contains(c) || (65...70).contains(c) || (97...102).contains(c)
+    }
+
+    /// RFC 3986's unreserved, sub-delims and `: @ / ? [ ] #` (gen-delims), as bytes.
+    static func isURLByte(_ c: UInt8) -> Bool {
+        if (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) { return true }
+        return "-._~!$&'()*+,;=:@/?[]#".utf8.contains(c)
     }
 }
 

@@ -43,6 +43,11 @@ public enum Identifiers {
         return bytes.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == UInt8(ascii: "-") }
     }
 
+    /// A project number as a path names it: 1 to 18 decimal digits.
+    public static func isProjectNumber(_ text: String) -> Bool {
+        (1...18).contains(text.utf8.count) && text.utf8.allSatisfy { (48...57).contains($0) }
+    }
+
     public static func isValidAPIKey(_ key: String) -> Bool {
         let bytes = Array(key.utf8)
         return bytes.count == 39 && key.hasPrefix("A") && bytes.allSatisfy(isBase64URLChar)

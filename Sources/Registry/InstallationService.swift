@@ -105,6 +105,7 @@ public struct InstallationService: Sendable {
     public func delete(projectID: String, fid: String, reason: DeletionReason, idleBefore: Date? = nil) async throws
         -> Bool
     {
+        guard Identifiers.isValidFID(fid) else { return false }
         let now = clock.now()
         return try await store.delete(
             DeletionRequest(

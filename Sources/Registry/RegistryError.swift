@@ -11,6 +11,8 @@ public struct RegistryError: Error, Sendable, Equatable, CustomStringConvertible
         public static let alreadyExists = Kind("alreadyExists")
         /// The request is valid but the resource is not in a state that allows it (e.g. consent withdrawn).
         public static let failedPrecondition = Kind("failedPrecondition")
+        /// A quota of the caller's is used up (linked services of a project, requests of an address).
+        public static let resourceExhausted = Kind("resourceExhausted")
         /// A concurrent change got in the way (serialization failure, deadlock); retrying may succeed.
         public static let aborted = Kind("aborted")
         /// The store cannot be reached now (database down, pool exhausted); retry later.

@@ -123,12 +123,15 @@ public struct ServiceAccountService: Sendable {
         guard let iat = claims["iat"]?.int64Value, let exp = claims["exp"]?.int64Value else {
             throw Self.invalidGrant("the assertion needs iat and exp")
         }
-        let now = Int64(clock.now().timeIntervalSince1970)
+        let now = ClientNumbers.unixSeconds(clock.now())
         guard exp > now else { throw Self.invalidGrant("the assertion has expired") }
-        guard iat <= now + 60, exp > iat, exp - iat <= 3600, exp <= now + 3600 + 60 else {
+        // iat and exp are the client's numbers: compared, never subtracted (ClientNumbers).
+        guard iat <= ClientNumbers.adding(now, 60), ClientNumbers.isOrderedSpan(from: iat, to: exp, atMost: 3600),
+            exp <= ClientNumbers.adding(now, 3600 + 60)
+        else {
             throw Self.invalidGrant("the assertion's exp must be at most one hour after iat, and iat not in the future")
         }
-        let expires = now + Int64(Self.accessTokenLifetime)
+        let expires = ClientNumbers.adding(now, Int64(Self.accessTokenLifetime))
         let payload = Base64URL.encode(Array("\(account.projectID)|\(expires)".utf8))
         let mac = Base64URL.encode(HMACSHA256.authenticate(Array(payload.utf8), key: tokenKey))
         return AccessToken(token: Self.tokenPrefix + payload + "." + mac, expiresIn: Self.accessTokenLifetime)
@@ -143,7 +146,7 @@ public struct ServiceAccountService: Sendable {
             let payload = Base64URL.decode(parts[0]), let text = String(validating: payload, as: UTF8.self)
         else { return nil }
         let fields = text.split(separator: "|")
-        guard fields.count == 2, let expires = Int64(fields[1]), expires > Int64(clock.now().timeIntervalSince1970)
+        guard fields.count == 2, let expires = Int64(fields[1]), expires > ClientNumbers.unixSeconds(clock.now())
         else { return nil }
         return String(fields[0])
     }

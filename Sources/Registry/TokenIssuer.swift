@@ -177,7 +177,7 @@ public final class TokenIssuer: Sendable {
             let number = claims["projectNumber"]?.int64Value, let exp = claims["exp"]?.int64Value,
             let iat = claims["iat"]?.int64Value,
             // However it was signed, no token of ours lives longer than the lifetime we issue.
-            exp > iat, exp - iat <= Int64(TokenIssuer.lifetime)
+            ClientNumbers.isOrderedSpan(from: iat, to: exp, atMost: Int64(TokenIssuer.lifetime))
         else { throw invalid }
         let expires = Date(timeIntervalSince1970: TimeInterval(exp))
         guard expires > clock.now() else { throw invalid }

@@ -87,6 +87,8 @@ struct Database: Sendable {
             return RegistryError(.aborted, "a concurrent change got in the way; retry")
         case "57014"?:  // query_canceled: statement_timeout
             return RegistryError(.unavailable, "the database did not answer in time; retry later")
+        case "22021"?:  // NUL in a text value (refused by the binding layer before sending) or invalid UTF-8
+            return RegistryError(.invalidArgument, "a text value holds NUL or bytes that are not UTF-8")
         case let state? where state.hasPrefix("22"):  // data exception: a value out of the column's range
             return RegistryError(.invalidArgument, "a value is out of range")
         default:

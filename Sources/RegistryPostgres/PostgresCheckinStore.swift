@@ -8,10 +8,13 @@ struct PostgresCheckinStore: CheckinStore {
     let db: Database
 
     func insert(_ c: StoredCheckin, at: Date) async throws {
+        guard let id = Int64(exactly: c.androidID) else {
+            throw RegistryError.invalid("android_id", "must be below 2^63")
+        }
         try await db.query(
             """
             INSERT INTO checkins (android_id, security_token_hash, project_id, fid, created_at, last_checkin_at)
-            VALUES (\(Int64(c.androidID)), \(ByteA(c.securityTokenHash)), \(c.projectID), \(c.fid), \(at), \(at))
+            VALUES (\(id), \(ByteA(c.securityTokenHash)), \(c.projectID), \(c.fid), \(at), \(at))
             """)
     }
 

@@ -10,15 +10,28 @@ struct PostgresDeletionStore: DeletionStore {
 
     static func context(projectID: String, name: String) -> String { "linked_services:\(projectID)/\(name)" }
 
-    func addLinkedService(projectID: String, service: LinkedService, secret: String) async throws -> Bool {
+    func addLinkedService(projectID: String, service: LinkedService, secret: String, limit: Int) async throws -> Bool {
         let sealed = try db.seal(secret, context: Self.context(projectID: projectID, name: service.name))
         do {
-            try await db.query(
-                """
-                INSERT INTO linked_services (project_id, name, endpoint, secret, created_at)
-                VALUES (\(projectID), \(service.name), \(service.endpoint), \(sealed), \(service.createdAt))
-                """)
-            return true
+            return try await db.transaction { c in
+                // Counted under the project's row lock (NO KEY UPDATE: the foreign-key checks of other writes of the
+                // project, which take KEY SHARE, do not wait), so two concurrent adds cannot both pass the limit.
+                try await c.query("SELECT 1 FROM projects WHERE project_id = \(projectID) FOR NO KEY UPDATE")
+                let count: Int = try await c.query(
+                    "SELECT count(*)::int AS n FROM linked_services WHERE project_id = \(projectID)"
+                ).first?.require("n") ?? 0
+                guard count < limit else {
+                    throw RegistryError(
+                        .resourceExhausted, "a project may have at most \(limit) linked services", field: "name")
+                }
+                try await c.query(
+                    """
+                    INSERT INTO linked_services (project_id, name, endpoint, secret, secret_holder, created_at)
+                    VALUES (\(projectID), \(service.name), \(service.endpoint), \(sealed), \(SecretHolder.project.rawValue),
+                        \(service.createdAt))
+                    """)
+                return true
+            }
         } catch let error as RegistryError where error.kind == .alreadyExists {
             return false
         }
@@ -64,26 +77,41 @@ struct PostgresDeletionStore: DeletionStore {
             """)
     }
 
-    func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> [String]? {
+    func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> LinkedServiceKeys? {
         guard
             let row = try await db.query(
                 """
-                SELECT secret, CASE WHEN previous_secret_until > \(at) THEN previous_secret END AS previous
+                SELECT secret, secret_holder, CASE WHEN previous_secret_until > \(at) THEN previous_secret END AS previous,
+                    previous_secret_holder, rekeyed_by_project_at
                 FROM linked_services WHERE project_id = \(projectID) AND name = \(name)
                 """
             ).first
         else { return nil }
         let context = Self.context(projectID: projectID, name: name)
-        return try ([try row.require("secret")] + [try row.decode("previous", as: String.self)].compactMap { $0 }).map {
-            try db.open($0, context: context)
+        var secrets = [
+            LinkedServiceSecret(
+                try db.open(try row.require("secret"), context: context),
+                holder: try row.require("secret_holder", as: SecretHolder.self))
+        ]
+        if let previous: String = try row.decode("previous") {
+            secrets.append(
+                LinkedServiceSecret(
+                    try db.open(previous, context: context),
+                    holder: try row.decode("previous_secret_holder", as: SecretHolder.self) ?? .project))
         }
+        return LinkedServiceKeys(secrets: secrets, rekeyedByProjectAt: try row.decode("rekeyed_by_project_at"))
     }
 
-    func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool {
+    func rotateSecret(
+        projectID: String, name: String, secret: String, holder: SecretHolder, previousUntil: Date, at: Date
+    ) async throws -> Bool {
         let sealed = try db.seal(secret, context: Self.context(projectID: projectID, name: name))
+        let rekeyedAt: Date? = holder == .project ? at : nil
         return try await db.query(
             """
-            UPDATE linked_services SET previous_secret = secret, previous_secret_until = \(previousUntil), secret = \(sealed)
+            UPDATE linked_services SET previous_secret = secret, previous_secret_holder = secret_holder,
+                previous_secret_until = \(previousUntil), secret = \(sealed), secret_holder = \(holder.rawValue),
+                rekeyed_by_project_at = coalesce(\(rekeyedAt), rekeyed_by_project_at)
             WHERE project_id = \(projectID) AND name = \(name)
             """
         ).affectedRows == 1
@@ -133,13 +161,20 @@ struct PostgresDeletionStore: DeletionStore {
 
     private func live(_ row: PostgresRow) async throws -> DeletionRecord {
         let id: Int64 = try row.require("id")
+        // An acknowledged delivery carries the re-key it was acknowledged after; an open one the service's latest.
         let deliveries = try await db.query(
-            "SELECT * FROM deletion_deliveries WHERE deletion_id = \(id) ORDER BY service"
+            """
+            SELECT d.*, CASE WHEN d.acknowledged_at IS NULL THEN ls.rekeyed_by_project_at
+                ELSE d.rekeyed_by_project_at END AS rekeyed
+            FROM deletion_deliveries d
+            LEFT JOIN linked_services ls ON ls.project_id = d.project_id AND ls.name = d.service
+            WHERE d.deletion_id = \(id) ORDER BY d.service
+            """
         ).map {
             DeliveryStatus(
                 service: try $0.require("service"), state: try $0.require("state", as: DeliveryState.self),
                 attempts: try $0.require("attempts"), lastError: try $0.decode("last_error"),
-                acknowledgedAt: try $0.decode("acknowledged_at"))
+                acknowledgedAt: try $0.decode("acknowledged_at"), rekeyedByProjectAt: try $0.decode("rekeyed"))
         }
         return DeletionRecord(
             id: id, fid: try row.require("fid"), fidHash: try row.require("fid_hmac", as: ByteA.self).bytes,
@@ -163,17 +198,35 @@ struct PostgresDeletionStore: DeletionStore {
 
     // MARK: - Acknowledgements
 
-    func acknowledge(projectID: String, fid: String, service: String, at: Date) async throws -> Bool {
+    func acknowledge(projectID: String, fid: String, service: String, deliveryID: String, at: Date) async throws
+        -> AcknowledgeOutcome
+    {
         try await db.transaction { c in
-            let rows = try await c.query(
+            guard
+                let row = try await c.query(
+                    """
+                    SELECT d.deletion_id, d.state FROM deletion_deliveries d JOIN deletions del ON del.id = d.deletion_id
+                    WHERE del.project_id = \(projectID) AND del.fid = \(fid) AND d.service = \(service)
+                      AND d.delivery_id = \(deliveryID)
+                    FOR UPDATE OF d
+                    """
+                ).first
+            else { return .notFound }
+            let id: Int64 = try row.require("deletion_id")
+            switch try row.require("state", as: DeliveryState.self) {
+            case .pending, .accepted: break
+            case .acknowledged: return .alreadyAcknowledged
+            case let state: return .closed(state)
+            }
+            try await c.query(
                 """
-                UPDATE deletion_deliveries d SET state = \(DeliveryState.acknowledged.rawValue), acknowledged_at = \(at)
-                FROM deletions del WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND del.fid = \(fid)
-                AND d.service = \(service) RETURNING d.deletion_id
+                UPDATE deletion_deliveries d SET state = \(DeliveryState.acknowledged.rawValue), acknowledged_at = \(at),
+                    rekeyed_by_project_at = (SELECT rekeyed_by_project_at FROM linked_services
+                        WHERE project_id = \(projectID) AND name = \(service))
+                WHERE d.deletion_id = \(id) AND d.service = \(service)
                 """)
-            guard let id = try rows.first?.require("deletion_id", as: Int64.self) else { return false }
             try await Self.completeIfDone(id, at: at, on: c)
-            return true
+            return .acknowledged
         }
     }
 }

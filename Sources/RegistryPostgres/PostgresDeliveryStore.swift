@@ -6,13 +6,19 @@ import Registry
 struct PostgresDeliveryStore: DeliveryStore {
     let db: Database
 
-    func claimDue(at now: Date, leaseUntil: Date, limit: Int) async throws -> [ClaimedDelivery] {
-        try await db.query(
+    func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int) async throws -> [ClaimedDelivery] {
+        // Each project's most overdue deliveries, at most `perProject` of them (an index range scan a project, on
+        // deletion_deliveries_project_due), then the most overdue of those across projects.
+        let rows = try await db.query(
             """
             WITH due AS (
-                SELECT deletion_id, service FROM deletion_deliveries
-                WHERE state = \(DeliveryState.pending.rawValue) AND next_attempt_at <= \(now)
-                ORDER BY next_attempt_at LIMIT \(limit) FOR UPDATE SKIP LOCKED
+                SELECT x.deletion_id, x.service FROM projects p CROSS JOIN LATERAL (
+                    SELECT d.deletion_id, d.service, d.next_attempt_at FROM deletion_deliveries d
+                    WHERE d.project_id = p.project_id AND d.state = \(DeliveryState.pending.rawValue)
+                      AND d.next_attempt_at <= \(now)
+                    ORDER BY d.next_attempt_at LIMIT \(perProject) FOR UPDATE SKIP LOCKED
+                ) x
+                ORDER BY x.next_attempt_at LIMIT \(limit)
             ), claimed AS (
                 UPDATE deletion_deliveries d SET next_attempt_at = \(leaseUntil), attempts = d.attempts + 1
                 FROM due WHERE d.deletion_id = due.deletion_id AND d.service = due.service
@@ -22,24 +28,48 @@ struct PostgresDeliveryStore: DeliveryStore {
                 CASE WHEN ls.previous_secret_until > \(now) THEN ls.previous_secret END AS previous_secret
             FROM claimed c JOIN deletions del ON del.id = c.deletion_id
             JOIN linked_services ls ON ls.project_id = del.project_id AND ls.name = c.service
-            """
-        ).map { row in
-            let projectID: String = try row.require("project_id")
-            let service: String = try row.require("service")
-            let context = PostgresDeletionStore.context(projectID: projectID, name: service)
-            return ClaimedDelivery(
-                deletionID: try row.require("deletion_id"), service: try row.require("service"),
-                deliveryID: try row.require("delivery_id"), attempts: try row.require("attempts"),
-                endpoint: try row.require("endpoint"),
-                secrets: try
-                    ([try row.require("secret")]
-                    + [try row.decode("previous_secret", as: String.self)].compactMap { $0 })
-                    .map { try db.open($0, context: context) },
-                projectID: try row.require("project_id"), fid: try row.require("fid"),
-                reason: try row.require("reason", as: DeletionReason.self),
-                requestedAt: try row.require("requested_at"),
-                deadline: try row.require("deadline"))
+            """)
+        var claimed: [ClaimedDelivery] = []
+        var unreadable: [(id: Int64, service: String, error: String)] = []
+        for row in rows {
+            do {
+                claimed.append(try claim(row))
+            } catch {
+                // A row that cannot be read is this delivery's problem alone: recorded on it, the rest go on.
+                guard let id: Int64 = try? row.require("deletion_id"), let service: String = try? row.require("service")
+                else { continue }
+                unreadable.append((id, service, String(describing: error)))
+            }
         }
+        for (id, service, error) in unreadable {
+            try? await db.query(
+                """
+                UPDATE deletion_deliveries SET last_error = \(String(error.prefix(500)))
+                WHERE deletion_id = \(id) AND service = \(service)
+                """)
+        }
+        return claimed
+    }
+
+    private func claim(_ row: PostgresRow) throws -> ClaimedDelivery {
+        let projectID: String = try row.require("project_id")
+        let service: String = try row.require("service")
+        let context = PostgresDeletionStore.context(projectID: projectID, name: service)
+        var secrets: [String] = []
+        var unsendable: String?
+        do {
+            secrets = try ([try row.require("secret")] + [try row.decode("previous_secret", as: String.self)].compactMap { $0 })
+                .map { try db.open($0, context: context) }
+        } catch let error as RegistryError {
+            unsendable = error.message
+        }
+        return ClaimedDelivery(
+            deletionID: try row.require("deletion_id"), service: service,
+            deliveryID: try row.require("delivery_id"), attempts: try row.require("attempts"),
+            endpoint: try row.require("endpoint"), secrets: secrets, projectID: projectID,
+            fid: try row.require("fid"), reason: try row.require("reason", as: DeletionReason.self),
+            requestedAt: try row.require("requested_at"), deadline: try row.require("deadline"),
+            unsendable: unsendable)
     }
 
     func record(_ item: ClaimedDelivery, outcome: DeliveryOutcome, at now: Date) async throws {
@@ -57,8 +87,11 @@ struct PostgresDeliveryStore: DeliveryStore {
                 try await c.query(
                     """
                     UPDATE deletion_deliveries SET state = \(DeliveryState.acknowledged.rawValue), acknowledged_at = \(now),
-                        last_error = NULL
+                        last_error = NULL,
+                        rekeyed_by_project_at = (SELECT rekeyed_by_project_at FROM linked_services
+                            WHERE project_id = \(item.projectID) AND name = \(item.service))
                     WHERE deletion_id = \(item.deletionID) AND service = \(item.service)
+                      AND state IN (\(DeliveryState.pending.rawValue), \(DeliveryState.accepted.rawValue))
                     """)
                 try await PostgresDeletionStore.completeIfDone(item.deletionID, at: now, on: c)
             case let .failed(reason, retryAt):

@@ -100,8 +100,9 @@ struct PostgresInstallationStore: InstallationStore {
                     ON CONFLICT (project_id, fid) DO UPDATE SET requested_at = deletions.requested_at
                     RETURNING id
                 )
-                INSERT INTO deletion_deliveries (deletion_id, service, delivery_id, next_attempt_at)
-                SELECT deletion.id, ls.name, md5(random()::text || clock_timestamp()::text || ls.name), \(d.requestedAt)
+                INSERT INTO deletion_deliveries (deletion_id, project_id, service, delivery_id, next_attempt_at)
+                SELECT deletion.id, ls.project_id, ls.name, md5(random()::text || clock_timestamp()::text || ls.name),
+                    \(d.requestedAt)
                 FROM deletion, linked_services ls WHERE ls.project_id = \(d.projectID)
                 ON CONFLICT DO NOTHING
                 """)

@@ -18,6 +18,7 @@ public enum Schema {
         migration(13, "register_function", PackageResources.m013_register_function_sql),
         migration(14, "subscribe_function", PackageResources.m014_subscribe_function_sql),
         migration(15, "deletion_counts", PackageResources.m015_deletion_counts_sql),
+        migration(16, "receipts_and_fair_deliveries", PackageResources.m016_receipts_and_fair_deliveries_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

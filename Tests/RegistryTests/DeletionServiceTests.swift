@@ -58,16 +58,19 @@ struct DeletionServiceTests {
             f.transport.answer("https://crm.example/hook", .status(202), .status(202))
             f.transport.answer("https://mail.example/hook", .status(500), .status(500))
             #expect(try await f.services.jobs.deliverDue() == 4)
+            let crmID = try f.deliveryID("crm", fid: acked.fid)
             await #expect(throws: RegistryError.self) {
-                _ = try await f.services.deletions.acknowledge(
-                    projectID: f.project.id, fid: acked.fid, service: "crm", signature: nil, body: [])
-            }
-            let ack = Array("{}".utf8)
-            let signed = WebhookSignature.header(
-                secrets: [crmSecret], timestamp: Int64(Date().timeIntervalSince1970), body: ack)
-            #expect(
                 try await f.services.deletions.acknowledge(
-                    projectID: f.project.id, fid: acked.fid, service: "crm", signature: signed, body: ack))
+                    projectID: f.project.id, fid: acked.fid, service: "crm", deliveryID: crmID, signature: nil,
+                    body: [])
+            }
+            // The secret the project was handed signs notices, never acknowledgements: the service replaces it first.
+            let handedOut = await #expect(throws: RegistryError.self) {
+                try await f.acknowledge("crm", fid: acked.fid, secret: crmSecret)
+            }
+            #expect(handedOut?.kind == .permissionDenied)
+            let own = try await f.rotateAsService("crm", secret: crmSecret)
+            try await f.acknowledge("crm", fid: acked.fid, secret: own)
             let pending = try #require(try await f.services.deletions.receipt(projectID: f.project.id, fid: acked.fid))
             #expect(pending.services.map(\.state) == [.acknowledged, .pending])
             #expect(pending.services[1].lastError == "HTTP 500" && pending.services[1].attempts == 1)
@@ -102,12 +105,12 @@ struct DeletionServiceTests {
     @Test(arguments: StoreKind.available)
     func aRotatedSecretSignsBesideTheNewOneForADay(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
-            let old = try await f.link("crm")
+            let handed = try await f.link("crm")
+            let old = try await f.rotateAsService("crm", secret: handed)
             let i = try await f.installation()
             try await f.delete(i, reason: .client)
-            let (new, until) = try #require(
-                try await f.services.deletions.rotateSecret(projectID: f.project.id, name: "crm"))
-            #expect(new != old && until == f.clock.now().addingTimeInterval(86_400))
+            let new = try await f.rotateAsService("crm", secret: old)
+            #expect(new != old)
             f.transport.answer("https://crm.example/hook", .status(202))
             _ = try await f.services.jobs.deliverDue()
             let sent = try #require(f.transport.sent.first)
@@ -118,17 +121,10 @@ struct DeletionServiceTests {
             #expect(WebhookSignature.verify(header: header, secrets: [old], body: sent.body, now: now))
             #expect(!WebhookSignature.verify(header: header, secrets: [old], body: sent.body, now: now + 301))
             // An acknowledgement signed with the old secret counts for a day, then not.
-            let ack = Array("{}".utf8)
-            let withOld = WebhookSignature.header(secrets: [old], timestamp: now, body: ack)
             f.clock.advance(by: 86_401)
-            await #expect(throws: RegistryError.self) {
-                _ = try await f.services.deletions.acknowledge(
-                    projectID: f.project.id, fid: i.fid, service: "crm", signature: withOld, body: ack)
-            }
-            let withNew = WebhookSignature.header(secrets: [new], timestamp: now, body: ack)
-            #expect(
-                try await f.services.deletions.acknowledge(
-                    projectID: f.project.id, fid: i.fid, service: "crm", signature: withNew, body: ack))
+            await #expect(throws: RegistryError.self) { try await f.acknowledge("crm", fid: i.fid, secret: old) }
+            try await f.acknowledge("crm", fid: i.fid, secret: new)
+            #expect(try await f.services.deletions.receipt(projectID: f.project.id, fid: i.fid)?.state == .done)
         }
     }
 

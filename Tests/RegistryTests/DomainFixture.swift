@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import JSON
 import Postgres
 import Registry
 import RegistryPostgres
@@ -78,6 +79,41 @@ struct DomainFixture {
         try await services.deletions.addLinkedService(
             projectID: project.id, name: name, endpoint: "https://\(name).example/hook"
         ).1
+    }
+
+    /// The service `name` replaces the secret it was handed through a server key with one of its own (a rotation
+    /// signed with `secret`); its new secret, which the project never saw.
+    func rotateAsService(_ name: String, secret: String) async throws -> String {
+        let body = Array("{}".utf8)
+        let signature = WebhookSignature.header(
+            secrets: [secret], timestamp: Int64(Date().timeIntervalSince1970), body: body,
+            for: .rotation(project: project.id, service: name))
+        let rotated = try await services.deletions.rotateSecretAsService(
+            projectID: project.id, name: name, signature: signature, body: body)
+        return try #require(rotated).secret
+    }
+
+    /// The `deliveryId` of the last notice sent to the service `name` about `fid`.
+    func deliveryID(_ name: String, fid: String) throws -> String {
+        let notice = try #require(
+            transport.sent.last {
+                $0.endpoint == "https://\(name).example/hook" && (try? JSONParser.parse($0.body))?["fid"]?.stringValue == fid
+            })
+        return try #require(try JSONParser.parse(notice.body)["deliveryId"]?.stringValue)
+    }
+
+    /// The service `name` acknowledges its delivery of `fid`'s deletion, signed with `secret` at `time`.
+    func acknowledge(
+        _ name: String, fid: String, secret: String, deliveryID: String? = nil,
+        time: Int64 = Int64(Date().timeIntervalSince1970)
+    ) async throws {
+        let id = try deliveryID ?? self.deliveryID(name, fid: fid)
+        let body = Array("{\"deliveryId\":\"\(id)\"}".utf8)
+        let signature = WebhookSignature.header(
+            secrets: [secret], timestamp: time, body: body,
+            for: .acknowledgement(project: project.id, fid: fid, service: name, deliveryID: id))
+        try await services.deletions.acknowledge(
+            projectID: project.id, fid: fid, service: name, deliveryID: id, signature: signature, body: body)
     }
 
     /// Deletes an installation of the project; whether there was one.

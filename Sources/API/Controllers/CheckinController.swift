@@ -90,8 +90,8 @@ struct CheckinController: Sendable {
             return HTTPResponse(status: 200, headers: ["content-type": "application/x-protobuf"], body: out.bytes)
         }
         return .json([
-            "stats_ok": true, "time_msec": .int(now), "digest": "", "android_id": .int(Int64(checkin.androidID)),
-            "security_token": .int(Int64(checkin.securityToken)), "version_info": "token-registry",
+            "stats_ok": true, "time_msec": .int(now), "digest": "", "android_id": .int(Int64(bitPattern: checkin.androidID)),
+            "security_token": .int(Int64(bitPattern: checkin.securityToken)), "version_info": "token-registry",
             "device_data_version_info": "token-registry", "setting": [],
         ])
     }
@@ -100,10 +100,10 @@ struct CheckinController: Sendable {
     /// 2^63-1; nil for anything else.
     static func unsigned(_ value: JSONValue?) -> UInt64? {
         if let n = value?.int64Value { return n >= 0 ? UInt64(n) : nil }
-        if case let .number(text)? = value, let double = Double(text), double >= 0, double < 9.223372036854775807e18,
-            double.rounded() == double
+        if case let .number(text)? = value, let double = Double(text),
+            let whole = ClientNumbers.integer(double, in: 0...Int64.max)
         {
-            return UInt64(double)
+            return UInt64(whole)
         }
         if let text = value?.stringValue, text.utf8.count <= 19, let n = UInt64(text), n <= UInt64(Int64.max) {
             return n

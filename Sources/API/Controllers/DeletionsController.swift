@@ -86,6 +86,7 @@ struct DeletionsController: Sendable {
                         "name": .string(s.service), "state": .string(s.state.rawValue), "attempts": .int(s.attempts),
                         "lastError": s.lastError.map { .string($0) } ?? .null,
                         "ackTime": s.acknowledgedAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+                        "rekeyedByProjectTime": s.rekeyedByProjectAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
                     ]
                 }),
         ]
@@ -119,26 +120,42 @@ struct DeletionsController: Sendable {
         return .json(.object(members))
     }
 
-    /// The linked service's own confirmation, signed with its secret (`Registry-Signature`); a server key does not
-    /// count.
+    /// The linked service's own confirmation of one delivery: `{"deliveryId": "<the notice's deliveryId>"}`, signed
+    /// for that delivery (``WebhookSignature/Purpose/acknowledgement``) with a secret the service asked for itself.
+    /// A server key does not count.
     func acknowledge(_ context: RequestContext) async throws -> HTTPResponse {
         let project = try await auth.project(context)
-        guard
-            try await deletions.acknowledge(
-                projectID: project.id, fid: context.parameter("fid"), service: context.parameter("name"),
-                signature: context.header("registry-signature"), body: context.request.body)
-        else {
-            throw APIError.notFound(
-                "no delivery of this deletion to \(context.parameter("name").prefix(64)) is on record")
+        guard let signature = context.header("registry-signature") else {
+            throw APIError.unauthenticated(
+                "an acknowledgement must carry Registry-Signature, made with the linked service's own secret")
         }
+        let body = FieldReader(try context.jsonObject())
+        let deliveryID = try body.text("deliveryId", required: true, maxBytes: 64)!
+        try await deletions.acknowledge(
+            projectID: project.id, fid: context.parameter("fid"), service: context.parameter("name"),
+            deliveryID: deliveryID, signature: signature, body: context.request.body)
         return .json([:])
     }
 
     /// `POST …/linkedServices/{name}:rotateSecret`: a new secret, shown once; the old one works for a day more.
+    ///
+    /// Signed by the service (`Registry-Signature` for ``WebhookSignature/Purpose/rotation``, with its current secret),
+    /// the new secret is the service's alone and signs acknowledgements. Asked with a server key (the project replaces
+    /// a lost secret), the project knows it: acknowledgements need the service's own rotation again, and the service's
+    /// receipt entries say when the project re-keyed it.
     func rotateSecret(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
         let name = context.parameter("name")
-        guard let (secret, until) = try await deletions.rotateSecret(projectID: project.id, name: name),
+        let project: Project
+        let rotated: (secret: String, previousUntil: Date)?
+        if let signature = context.header("registry-signature") {
+            project = try await auth.project(context)
+            rotated = try await deletions.rotateSecretAsService(
+                projectID: project.id, name: name, signature: signature, body: context.request.body)
+        } else {
+            project = try await self.project(context)
+            rotated = try await deletions.rotateSecret(projectID: project.id, name: name)
+        }
+        guard let (secret, until) = rotated,
             let service = try await deletions.linkedServices(projectID: project.id).first(where: { $0.name == name })
         else { throw APIError.notFound("linked service \(name.prefix(64)) not found") }
         guard case var .object(members) = DeletionsController.json(service) else { return .json([:]) }

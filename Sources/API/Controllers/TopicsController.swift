@@ -236,7 +236,7 @@ enum Paging {
     static func decode(_ token: String?) throws -> String? {
         guard let token, !token.isEmpty else { return nil }
         guard token.hasPrefix("p1."), token.utf8.count <= 2048, let bytes = Base64URL.decode(token.dropFirst(3)),
-            let key = String(validating: bytes, as: UTF8.self)
+            let key = String(validating: bytes, as: UTF8.self), Identifiers.isPlainText(key)
         else { throw APIError.invalid("pageToken: not a page token from this service") }
         return key
     }

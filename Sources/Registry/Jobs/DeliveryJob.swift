@@ -11,34 +11,51 @@ public struct DeliveryJob: Sendable {
     /// Notices in flight at once.
     static let parallelism = 16
 
+    /// What a delivery run did: notices attempted, and attempts that failed on our side (a secret that does not
+    /// open, an outcome that could not be recorded), each recorded on its own delivery while the rest went on.
+    public struct Outcome: Sendable, Equatable {
+        public var attempted = 0
+        public var failed = 0
+    }
+
     /// Delivers up to `batch` due notices.
     ///
     /// - Returns: how many were attempted.
-    public func run(batch: Int = 50) async throws -> Int {
+    public func run(batch: Int = 50) async throws -> Int { try await runBatch(batch).attempted }
+
+    /// Delivers up to `batch` due notices, at most ``DeletionPolicy/deliveriesPerProject`` of one project. One
+    /// delivery that fails never stops the others.
+    public func runBatch(_ batch: Int = 50) async throws -> Outcome {
         let now = try await clock.now()
-        let claimed = try await store.claimDue(at: now, leaseUntil: now.addingTimeInterval(policy.lease), limit: batch)
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        let claimed = try await store.claimDue(
+            at: now, leaseUntil: now.addingTimeInterval(policy.lease), limit: batch,
+            perProject: max(1, policy.deliveriesPerProject))
+        var outcome = Outcome(attempted: claimed.count)
+        await withTaskGroup(of: Bool.self) { group in
             for (index, item) in claimed.enumerated() {
-                if index >= DeliveryJob.parallelism { try await group.next() }
-                group.addTask { try await deliver(item) }
+                if index >= DeliveryJob.parallelism, await group.next() == false { outcome.failed += 1 }
+                group.addTask { await deliver(item) }
             }
-            try await group.waitForAll()
+            for await delivered in group where !delivered { outcome.failed += 1 }
         }
-        return claimed.count
+        return outcome
     }
 
     /// Delivers due notices batch after batch until none is left or the policy's ``DeletionPolicy/deliveryRunBudget``
     /// has passed, so a burst of deletions is fanned out within the run instead of `batch` notices per jobs interval.
     ///
-    /// - Returns: how many were attempted.
-    public func drain(batch: Int = 50) async throws -> Int {
+    /// - Returns: how many were attempted, and how many of those failed on our side.
+    public func drain(batch: Int = 50) async throws -> Outcome {
         let budget = Duration.milliseconds(Int64(policy.deliveryRunBudget * 1000))
         let started = ContinuousClock.now
-        var attempted = 0
+        var total = Outcome()
         while true {
-            let claimed = try await run(batch: batch)
-            attempted += claimed
-            if claimed < batch || ContinuousClock.now - started >= budget || Task.isCancelled { return attempted }
+            let round = try await runBatch(batch)
+            total.attempted += round.attempted
+            total.failed += round.failed
+            // A claim smaller than the batch may be the per-project cap, not the end of the work: go on until a claim
+            // finds nothing due (claimed deliveries are leased or backed off, so the rounds end).
+            if round.attempted == 0 || ContinuousClock.now - started >= budget || Task.isCancelled { return total }
         }
     }
 
@@ -53,29 +70,47 @@ public struct DeliveryJob: Sendable {
         return body.encoded()
     }
 
-    private func deliver(_ item: ClaimedDelivery) async throws {
-        let body = DeliveryJob.body(item)
-        // The signature's time is the wall clock's: the receiver checks it against its own.
-        let timestamp = Int64(Date().timeIntervalSince1970)
-        let headers = [
-            ("Content-Type", "application/json"),
-            ("Registry-Signature", WebhookSignature.header(secrets: item.secrets, timestamp: timestamp, body: body)),
-            ("Registry-Delivery", item.deliveryID),
-        ]
-        let response = await transport.post(endpoint: item.endpoint, body: body, headers: headers)
-        let now = try await clock.now()
-        let outcome: DeliveryOutcome
-        switch response {
-        case .status(202): outcome = .accepted
-        case let .status(code) where (200..<300).contains(code): outcome = .acknowledged
-        case let .status(code):
-            outcome = .failed(
-                reason: "HTTP \(code)", retryAt: now.addingTimeInterval(policy.backoff(afterAttempts: item.attempts)))
-        case let .failed(text):
-            outcome = .failed(
-                reason: String(text.prefix(500)),
-                retryAt: now.addingTimeInterval(policy.backoff(afterAttempts: item.attempts)))
+    /// Sends one notice and records what came of it; false when the attempt failed on our side (recorded on the
+    /// delivery when the store can be reached; otherwise its lease runs out and another run retries it).
+    private func deliver(_ item: ClaimedDelivery) async -> Bool {
+        do {
+            if let problem = item.unsendable {
+                let now = try await clock.now()
+                try await store.record(
+                    item,
+                    outcome: .failed(
+                        reason: String(problem.prefix(500)),
+                        retryAt: now.addingTimeInterval(policy.backoff(afterAttempts: item.attempts))),
+                    at: now)
+                return false
+            }
+            let body = DeliveryJob.body(item)
+            // The signature's time is the wall clock's: the receiver checks it against its own.
+            let timestamp = Int64(Date().timeIntervalSince1970)
+            let headers = [
+                ("Content-Type", "application/json"),
+                ("Registry-Signature", WebhookSignature.header(secrets: item.secrets, timestamp: timestamp, body: body)),
+                ("Registry-Delivery", item.deliveryID),
+            ]
+            let response = await transport.post(endpoint: item.endpoint, body: body, headers: headers)
+            let now = try await clock.now()
+            let outcome: DeliveryOutcome
+            switch response {
+            case .status(202): outcome = .accepted
+            case let .status(code) where (200..<300).contains(code): outcome = .acknowledged
+            case let .status(code):
+                outcome = .failed(
+                    reason: "HTTP \(code)",
+                    retryAt: now.addingTimeInterval(policy.backoff(afterAttempts: item.attempts)))
+            case let .failed(text):
+                outcome = .failed(
+                    reason: String(text.prefix(500)),
+                    retryAt: now.addingTimeInterval(policy.backoff(afterAttempts: item.attempts)))
+            }
+            try await store.record(item, outcome: outcome, at: now)
+            return true
+        } catch {
+            return false
         }
-        try await store.record(item, outcome: outcome, at: now)
     }
 }

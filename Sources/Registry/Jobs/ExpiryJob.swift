@@ -9,17 +9,30 @@ public struct ExpiryJob: Sendable {
     let clock: JobClock
 
     /// - Returns: the installations deleted.
-    public func run(batch: Int = 500) async throws -> Int {
+    public func run(batch: Int = 500) async throws -> Int { try await runReporting(batch: batch).processed }
+
+    /// Deletes idle installations one by one: one whose deletion fails is counted and left for the next run, and the
+    /// others go on (a database that cannot be reached stops the run).
+    ///
+    /// - Returns: the installations deleted and those whose deletion failed.
+    public func runReporting(batch: Int = 500) async throws -> (processed: Int, failed: Int) {
         let cutoff = try await clock.now().addingTimeInterval(-policy.expireAfter)
         var count = 0
+        var failed = 0
         for idle in try await store.idle(before: cutoff, limit: batch) {
-            if try await installations.delete(
-                projectID: idle.projectID, fid: idle.fid, reason: .inactivity, idleBefore: cutoff)
-            {
-                count += 1
+            do {
+                if try await installations.delete(
+                    projectID: idle.projectID, fid: idle.fid, reason: .inactivity, idleBefore: cutoff)
+                {
+                    count += 1
+                }
+            } catch let error as RegistryError where error.kind == .unavailable {
+                throw error
+            } catch {
+                failed += 1
             }
         }
-        return count
+        return (count, failed)
     }
 }
 

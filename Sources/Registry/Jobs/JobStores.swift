@@ -16,10 +16,14 @@ public struct ClaimedDelivery: Sendable, Equatable {
     public let reason: DeletionReason
     public let requestedAt: Date
     public let deadline: Date
+    /// Why the notice cannot be signed (a stored secret that does not open): the attempt is recorded as failed on
+    /// this delivery alone, and the rest of the batch goes on.
+    public let unsendable: String?
 
     public init(
         deletionID: Int64, service: String, deliveryID: String, attempts: Int, endpoint: String, secrets: [String],
-        projectID: String, fid: String, reason: DeletionReason, requestedAt: Date, deadline: Date
+        projectID: String, fid: String, reason: DeletionReason, requestedAt: Date, deadline: Date,
+        unsendable: String? = nil
     ) {
         self.deletionID = deletionID
         self.service = service
@@ -32,6 +36,7 @@ public struct ClaimedDelivery: Sendable, Equatable {
         self.reason = reason
         self.requestedAt = requestedAt
         self.deadline = deadline
+        self.unsendable = unsendable
     }
 }
 
@@ -47,9 +52,11 @@ public enum DeliveryOutcome: Sendable, Equatable {
 
 /// The outbox of deletion notices.
 public protocol DeliveryStore: Sendable {
-    /// Claims up to `limit` pending deliveries due at `now`, each leased until `leaseUntil` (another worker may
-    /// retry it after that), and counts the attempt.
-    func claimDue(at now: Date, leaseUntil: Date, limit: Int) async throws -> [ClaimedDelivery]
+    /// Claims up to `limit` pending deliveries due at `now`, at most `perProject` of any one project (the most overdue
+    /// of each first, so one project's backlog never takes the whole batch), each leased until `leaseUntil` (another
+    /// worker may retry it after that), and counts the attempt. A row that cannot be read is recorded with its error
+    /// and left out; a secret that does not open makes its delivery ``ClaimedDelivery/unsendable``.
+    func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int) async throws -> [ClaimedDelivery]
     /// Records the attempt's outcome; an acknowledgement completes the deletion when it was the last.
     func record(_ delivery: ClaimedDelivery, outcome: DeliveryOutcome, at now: Date) async throws
 }

@@ -8,6 +8,11 @@ public struct JobReport: Sendable, Equatable {
     public var skipped: [String: String] = [:]
     /// This replica's clock minus the database's, when the jobs run on the database's time.
     public var clockSkewSeconds: Double?
+    /// Units (a delivery, an installation to expire) that failed, by job: each recorded on its own row where the
+    /// store could be reached, while the job went on with the others.
+    public var unitFailures: [String: Int] = [:]
+    /// Jobs that failed as a whole this round, and why; the jobs after them still ran.
+    public var failed: [String: String] = [:]
 }
 
 /// The background jobs, one file each. Every replica runs them; each claims its work with row locks, leases or a
@@ -40,43 +45,64 @@ public struct Jobs: Sendable {
     /// Runs every job once, in dependency order (expiry creates deliveries, deliveries complete deletions, purge
     /// removes what is complete, the relay publishes what all of them recorded). While this replica's clock is
     /// more than ``JobClock/maxSkew`` seconds off the database's, the destructive jobs (expiry, purge) wait.
+    ///
+    /// A job that fails is reported in ``JobReport/failed`` and the next one runs anyway: the purge (the 180-day
+    /// promise) never waits on the deliveries, whatever happened to them.
+    ///
+    /// - Throws: only when the database's time cannot be read (nothing can run then).
     public func run() async throws -> JobReport {
         var report = JobReport()
         report.clockSkewSeconds = try await clock.skew()
         let destructive = report.clockSkewSeconds.map { abs($0) <= JobClock.maxSkew } ?? true
-        let reason = "this replica's clock is \(Int(report.clockSkewSeconds ?? 0)) s off the database's"
-        if destructive {
-            report.processed["expire"] = try await timed("expire") { try await expiry.run() }
-        } else {
-            report.skipped["expire"] = reason
+        let skew = report.clockSkewSeconds.flatMap { ClientNumbers.integer($0.rounded(), in: -(1 << 52)...(1 << 52)) }
+        let reason = "this replica's clock is \(skew ?? 0) s off the database's"
+        func step(_ job: String, runs: Bool = true, _ body: () async throws -> (processed: Int, failed: Int)) async {
+            guard runs else {
+                report.skipped[job] = reason
+                return
+            }
+            do {
+                let outcome = try await timed(job, body)
+                report.processed[job] = outcome.processed
+                if outcome.failed > 0 { report.unitFailures[job] = outcome.failed }
+            } catch {
+                report.failed[job] = String(describing: error)
+            }
         }
-        report.processed["expire-registrations"] = try await timed("expire-registrations") {
-            try await registrationExpiry.run()
+        await step("expire", runs: destructive) { try await expiry.runReporting() }
+        await step("expire-registrations") { (try await registrationExpiry.run(), 0) }
+        await step("deliver") {
+            let outcome = try await delivery.drain()
+            return (outcome.attempted, outcome.failed)
         }
-        report.processed["deliver"] = try await timed("deliver") { try await delivery.drain() }
-        if destructive {
-            report.processed["purge"] = try await timed("purge") { try await purge.run() }
-        } else {
-            report.skipped["purge"] = reason
-        }
-        report.processed["relay"] = try await timed("relay") { try await relayEvents() }
+        await step("purge", runs: destructive) { (try await purge.run(), 0) }
+        await step("relay") { (try await relayEvents(), 0) }
         return report
     }
 
     /// Runs every job once (see ``run()``).
     ///
     /// - Returns: what each job processed, by job name.
+    /// - Throws: the first job's failure, once every job had its turn.
     @discardableResult
-    public func runAll() async throws -> [String: Int] { try await run().processed }
+    public func runAll() async throws -> [String: Int] {
+        let report = try await run()
+        if let (job, error) = report.failed.sorted(by: { $0.key < $1.key }).first {
+            throw RegistryError(.internal, "job \(job) failed: \(error)")
+        }
+        return report.processed
+    }
 
-    private func timed(_ job: String, _ body: () async throws -> Int) async throws -> Int {
+    private func timed(_ job: String, _ body: () async throws -> (processed: Int, failed: Int)) async throws -> (
+        processed: Int, failed: Int
+    ) {
         let started = ContinuousClock.now
-        let processed = try await body()
+        let outcome = try await body()
         let elapsed = ContinuousClock.now - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         try await maintenance.recordRun(
-            job: job, at: try await clock.now(), durationSeconds: seconds, processed: processed)
-        return processed
+            job: job, at: try await clock.now(), durationSeconds: seconds, processed: outcome.processed)
+        return outcome
     }
 
     // Each job on its own, for tests and `jobs run`.

@@ -4,9 +4,16 @@ import Registry
 // MARK: - Linked services and deletion records
 
 extension InMemoryStores: DeletionStore {
-    public func addLinkedService(projectID: String, service: LinkedService, secret: String) async throws -> Bool {
+    public func addLinkedService(projectID: String, service: LinkedService, secret: String, limit: Int) async throws
+        -> Bool
+    {
         guard services[projectID]?[service.name] == nil else { return false }
-        services[projectID, default: [:]][service.name] = (service, secret)
+        guard (services[projectID]?.count ?? 0) < limit else {
+            throw RegistryError(
+                .resourceExhausted, "a project may have at most \(limit) linked services", field: "name")
+        }
+        services[projectID, default: [:]][service.name] = Linked(
+            service: service, secret: LinkedServiceSecret(secret, holder: .project))
         return true
     }
 
@@ -25,17 +32,21 @@ extension InMemoryStores: DeletionStore {
         return true
     }
 
-    public func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> [String]? {
+    public func linkedServiceSecrets(projectID: String, name: String, at: Date) async throws -> LinkedServiceKeys? {
         guard let linked = services[projectID]?[name] else { return nil }
-        let previous = previousSecrets[projectID + "\u{0}" + name].flatMap { $0.until > at ? $0.secret : nil }
-        return [linked.secret] + [previous].compactMap { $0 }
+        let previous = linked.previous.flatMap { $0.until > at ? $0.secret : nil }
+        return LinkedServiceKeys(
+            secrets: [linked.secret] + [previous].compactMap { $0 }, rekeyedByProjectAt: linked.rekeyedByProjectAt)
     }
 
-    public func rotateSecret(projectID: String, name: String, secret: String, previousUntil: Date) async throws -> Bool
-    {
-        guard let linked = services[projectID]?[name] else { return false }
-        previousSecrets[projectID + "\u{0}" + name] = (linked.secret, previousUntil)
-        services[projectID]?[name] = (linked.service, secret)
+    public func rotateSecret(
+        projectID: String, name: String, secret: String, holder: SecretHolder, previousUntil: Date, at: Date
+    ) async throws -> Bool {
+        guard var linked = services[projectID]?[name] else { return false }
+        linked.previous = (linked.secret, previousUntil)
+        linked.secret = LinkedServiceSecret(secret, holder: holder)
+        if holder == .project { linked.rekeyedByProjectAt = at }
+        services[projectID]?[name] = linked
         return true
     }
 
@@ -54,7 +65,9 @@ extension InMemoryStores: DeletionStore {
             services: deletion.deliveries.sorted { $0.key < $1.key }.map {
                 DeliveryStatus(
                     service: $0.key, state: $0.value.state, attempts: $0.value.attempts, lastError: $0.value.lastError,
-                    acknowledgedAt: $0.value.acknowledgedAt)
+                    acknowledgedAt: $0.value.acknowledgedAt,
+                    rekeyedByProjectAt: $0.value.acknowledgedAt == nil
+                        ? services[deletion.projectID]?[$0.key]?.rekeyedByProjectAt : $0.value.rekeyedByProjectAt)
             })
     }
 
@@ -73,37 +86,61 @@ extension InMemoryStores: DeletionStore {
         return Array((live + gone).filter { $0.state(at: now) == state }.sorted { $0.id < $1.id }.prefix(limit))
     }
 
-    public func acknowledge(projectID: String, fid: String, service: String, at: Date) async throws -> Bool {
+    public func acknowledge(projectID: String, fid: String, service: String, deliveryID: String, at: Date)
+        async throws -> AcknowledgeOutcome
+    {
         guard let deletion = deletions.values.first(where: { $0.projectID == projectID && $0.fid == fid }),
-            deletion.deliveries[service] != nil
-        else { return false }
-        deletions[deletion.id]?.deliveries[service]?.state = .acknowledged
-        deletions[deletion.id]?.deliveries[service]?.acknowledgedAt = at
-        completeIfDone(deletion.id, at: at)
-        return true
+            let delivery = deletion.deliveries[service], delivery.deliveryID == deliveryID
+        else { return .notFound }
+        switch delivery.state {
+        case .pending, .accepted: break
+        case .acknowledged: return .alreadyAcknowledged
+        case let state: return .closed(state)
+        }
+        acknowledgeDelivery(deletion.id, service: service, at: at)
+        return .acknowledged
+    }
+
+    func acknowledgeDelivery(_ id: Int64, service: String, at: Date) {
+        guard let deletion = deletions[id] else { return }
+        deletions[id]?.deliveries[service]?.state = .acknowledged
+        deletions[id]?.deliveries[service]?.acknowledgedAt = at
+        deletions[id]?.deliveries[service]?.rekeyedByProjectAt =
+            services[deletion.projectID]?[service]?.rekeyedByProjectAt
+        completeIfDone(id, at: at)
     }
 }
 
 // MARK: - Deliveries, maintenance, the feed
 
 extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
-    public func claimDue(at now: Date, leaseUntil: Date, limit: Int) async throws -> [ClaimedDelivery] {
-        var claimed: [ClaimedDelivery] = []
-        for (id, deletion) in deletions.sorted(by: { $0.key < $1.key }) {
-            for (name, delivery) in deletion.deliveries.sorted(by: { $0.key < $1.key })
-            where delivery.state == .pending && delivery.nextAttemptAt <= now && claimed.count < limit {
-                guard let linked = services[deletion.projectID]?[name] else { continue }
-                deletions[id]?.deliveries[name]?.attempts += 1
-                deletions[id]?.deliveries[name]?.nextAttemptAt = leaseUntil
-                claimed.append(
-                    ClaimedDelivery(
-                        deletionID: id, service: name, deliveryID: delivery.deliveryID,
-                        attempts: delivery.attempts + 1, endpoint: linked.service.endpoint,
-                        secrets: try await linkedServiceSecrets(projectID: deletion.projectID, name: name, at: now)
-                            ?? [],
-                        projectID: deletion.projectID, fid: deletion.fid, reason: deletion.reason,
-                        requestedAt: deletion.requestedAt, deadline: deletion.deadline))
+    public func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int) async throws
+        -> [ClaimedDelivery]
+    {
+        // As on PostgreSQL: each project's most overdue, at most `perProject`, then the most overdue of those.
+        var due: [(projectID: String, id: Int64, name: String, at: Date)] = []
+        for (id, deletion) in deletions {
+            for (name, delivery) in deletion.deliveries where delivery.state == .pending && delivery.nextAttemptAt <= now {
+                due.append((deletion.projectID, id, name, delivery.nextAttemptAt))
             }
+        }
+        let byProject = Dictionary(grouping: due, by: \.projectID).values.flatMap {
+            $0.sorted { ($0.at, $0.id, $0.name) < ($1.at, $1.id, $1.name) }.prefix(perProject)
+        }
+        var claimed: [ClaimedDelivery] = []
+        for pick in byProject.sorted(by: { ($0.at, $0.id, $0.name) < ($1.at, $1.id, $1.name) }).prefix(limit) {
+            guard let deletion = deletions[pick.id], let delivery = deletion.deliveries[pick.name],
+                services[deletion.projectID]?[pick.name] != nil
+            else { continue }
+            deletions[pick.id]?.deliveries[pick.name]?.attempts += 1
+            deletions[pick.id]?.deliveries[pick.name]?.nextAttemptAt = leaseUntil
+            let keys = try await linkedServiceSecrets(projectID: deletion.projectID, name: pick.name, at: now)
+            claimed.append(
+                ClaimedDelivery(
+                    deletionID: pick.id, service: pick.name, deliveryID: delivery.deliveryID,
+                    attempts: delivery.attempts + 1, endpoint: services[deletion.projectID]![pick.name]!.service.endpoint,
+                    secrets: keys?.secrets.map(\.secret) ?? [], projectID: deletion.projectID, fid: deletion.fid,
+                    reason: deletion.reason, requestedAt: deletion.requestedAt, deadline: deletion.deadline))
         }
         return claimed
     }
@@ -118,9 +155,9 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
                 deletions[item.deletionID]?.deliveries[item.service]?.state = .accepted
             }
         case .acknowledged:
-            deletions[item.deletionID]?.deliveries[item.service]?.state = .acknowledged
-            deletions[item.deletionID]?.deliveries[item.service]?.acknowledgedAt = now
-            completeIfDone(item.deletionID, at: now)
+            if let state = deletions[item.deletionID]?.deliveries[item.service]?.state, !state.isFinal {
+                acknowledgeDelivery(item.deletionID, service: item.service, at: now)
+            }
         case let .failed(reason, retryAt):
             failed = 1
             deletions[item.deletionID]?.deliveries[item.service]?.lastError = reason

@@ -21,6 +21,14 @@ public actor InMemoryStores {
         var acknowledgedAt: Date?
         var nextAttemptAt: Date
         let deliveryID: String
+        var rekeyedByProjectAt: Date?
+    }
+
+    struct Linked {
+        let service: LinkedService
+        var secret: LinkedServiceSecret
+        var previous: (secret: LinkedServiceSecret, until: Date)?
+        var rekeyedByProjectAt: Date?
     }
 
     struct Deletion {
@@ -53,8 +61,7 @@ public actor InMemoryStores {
     var expiredReported: Set<Key> = []
     var topics: [Key: [String: Date]] = [:]
     var retired: Set<[UInt8]> = []
-    var services: [String: [String: (service: LinkedService, secret: String)]] = [:]
-    var previousSecrets: [String: (secret: String, until: Date)] = [:]
+    var services: [String: [String: Linked]] = [:]
     var deletions: [Int64: Deletion] = [:]
     var purged: [(projectID: String, record: DeletionRecord)] = []
     var outbox: [(projectID: String, type: EventType, fid: String, data: JSONValue?, time: Date)] = []
