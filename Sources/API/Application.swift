@@ -109,6 +109,7 @@ public final class Application: Sendable {
         guard let server = server.withLock({ $0 }) else { return [] }
         return PrometheusText.serverGauges(
             open: server.openConnections, inFlight: server.inFlightRequests, refused: server.refusedConnections,
+            pendingOutput: server.pendingOutputBytes, writeTimeouts: server.writeTimeouts,
             protocolErrors: server.protocolErrors)
     }
 

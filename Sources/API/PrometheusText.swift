@@ -3,8 +3,14 @@ import Registry
 /// The gauges read at scrape time, as Prometheus exposition lines. The domain and the stores hand over numbers;
 /// only this file knows the text format.
 enum PrometheusText {
-    static func serverGauges(open: Int, inFlight: Int, refused: Int, protocolErrors: [Int: Int]) -> [String] {
+    static func serverGauges(
+        open: Int, inFlight: Int, refused: Int, pendingOutput: Int, writeTimeouts: Int, protocolErrors: [Int: Int]
+    ) -> [String] {
         var lines = [
+            "# HELP http_pending_output_bytes Answers written and not yet sent, over every connection.",
+            "# TYPE http_pending_output_bytes gauge", "http_pending_output_bytes \(pendingOutput)",
+            "# HELP http_write_timeouts_total Connections closed because their client did not read in time.",
+            "# TYPE http_write_timeouts_total counter", "http_write_timeouts_total \(writeTimeouts)",
             "# HELP http_open_connections Client connections open now.", "# TYPE http_open_connections gauge",
             "http_open_connections \(open)",
             "# HELP http_in_flight_requests Requests being handled now.", "# TYPE http_in_flight_requests gauge",

@@ -1,3 +1,5 @@
+import Glibc
+
 extension EventLoop {
     /// Closes what overstayed: idle keep-alive connections, unread output, requests not received in time (408).
     func sweepTimeouts(now: UInt64) {
@@ -7,11 +9,22 @@ extension EventLoop {
                 if now >= deadline { closeConnection(connection) }
                 continue
             }
-            if connection.inFlight { continue }
-            if connection.hasPendingOutput {
-                if now - connection.lastActivity > configuration.idleTimeoutMillis { closeConnection(connection) }
-                continue
+            if connection.hasPendingOutput, let start = connection.writePeriodStart,
+                now - start > configuration.writeTimeoutMillis
+            {
+                // Each write period must send its minimum (or finish): a byte at a time does not count as reading.
+                if connection.bytesSent - connection.writePeriodSent < configuration.minBytesPerWriteTimeout {
+                    core.writeTimeouts.add(1, ordering: .relaxed)
+                    // Reset, not FIN: the kernel drops what the client would never read instead of keeping it.
+                    var abort = linger(l_onoff: 1, l_linger: 0)
+                    setsockopt(connection.fd, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
+                    closeConnection(connection)
+                    continue
+                }
+                connection.writePeriodStart = now
+                connection.writePeriodSent = connection.bytesSent
             }
+            if connection.inFlight || connection.hasPendingOutput { continue }
             // The request timer runs from a request's first byte (empty lines before a request line included) to its
             // last; idle time runs from the last complete response. Neither is refreshed by a trickle of bytes.
             if let started = connection.requestStarted, now - started > configuration.requestTimeoutMillis {

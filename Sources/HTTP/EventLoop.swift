@@ -124,7 +124,7 @@ public final class EventLoop: @unchecked Sendable {
                             onReadable(connection, now: now)
                         }
                         if flags & EPOLLOUT.rawValue != 0, connections[fd] === connection {
-                            flush(connection, now: now)
+                            flush(connection, now: now, resume: true)
                         }
                     }
                 }
@@ -254,7 +254,9 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Parses and dispatches buffered requests, one at a time.
     private func process(_ connection: HTTPConnection, now: UInt64) {
-        while !connection.inFlight && !connection.closeAfterWrite && connection.output.count < 1024 * 1024 {
+        while !connection.inFlight && !connection.closeAfterWrite
+            && connection.pendingOutput < core.configuration.maxPendingOutputBytes
+        {
             switch connection.parser.next() {
             case .needMore:
                 if connection.parser.isMidRequest {
@@ -331,13 +333,18 @@ public final class EventLoop: @unchecked Sendable {
         if connection.outputOffset == connection.output.count {
             connection.output = bytes
             connection.outputOffset = 0
+            connection.writePeriodStart = now
+            connection.writePeriodSent = connection.bytesSent
         } else {
             connection.output.append(contentsOf: bytes)
         }
+        core.pendingOutputBytes.add(bytes.count, ordering: .relaxed)
         flush(connection, now: now)
     }
 
-    private func flush(_ connection: HTTPConnection, now: UInt64) {
+    /// Sends what the connection has pending. `resume`: called because the socket became writable, so requests that
+    /// waited behind the output bound (pipelined, already read) are processed once the output is below it.
+    private func flush(_ connection: HTTPConnection, now: UInt64, resume: Bool = false) {
         while connection.hasPendingOutput {
             let n = connection.output.withUnsafeBytes { buffer in
                 send(
@@ -345,12 +352,18 @@ public final class EventLoop: @unchecked Sendable {
                     buffer.count - connection.outputOffset, Int32(MSG_NOSIGNAL))
             }
             if n > 0 {
+                // Progress is not activity: the idle timer restarts only when the whole output is sent, and a slow
+                // reader is bound by the write timeout (``sweepTimeouts(now:)``).
                 connection.outputOffset += n
-                // Writing progress keeps a slow reader from the idle timeout; a finished response restarts it.
-                connection.lastActivity = now
+                connection.bytesSent += n
+                core.pendingOutputBytes.subtract(n, ordering: .relaxed)
             } else if n < 0 && errno == EINTR {
                 continue
             } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if resume, connection.pendingOutput < core.configuration.maxPendingOutputBytes {
+                    process(connection, now: now)
+                    guard connections[connection.fd] === connection else { return }
+                }
                 updateInterest(connection)
                 return
             } else {
@@ -360,6 +373,12 @@ public final class EventLoop: @unchecked Sendable {
         }
         connection.output.removeAll(keepingCapacity: connection.output.capacity <= 64 * 1024)
         connection.outputOffset = 0
+        connection.writePeriodStart = nil
+        connection.lastActivity = now
+        if resume, !connection.closeAfterWrite, !connection.inFlight, connection.parser.bufferedBytes > 0 {
+            process(connection, now: now)
+            guard connections[connection.fd] === connection else { return }
+        }
         if connection.closeAfterWrite && !connection.inFlight {
             if connection.parser.bufferedBytes > 0 || connection.parser.isMidRequest || !connection.peerClosed {
                 // Shut the write side and drain what the client still sends, so it reads our answer before a reset.
@@ -376,7 +395,12 @@ public final class EventLoop: @unchecked Sendable {
     private func updateInterest(_ connection: HTTPConnection) {
         guard connections[connection.fd] === connection else { return }
         var wanted: UInt32 = EPOLLRDHUP.rawValue
-        let backPressure = connection.parser.bufferedBytes > 4 * 1024 * 1024 && connection.lingerDeadline == nil
+        // Stop reading while the input waiting to be parsed, or the answers waiting to be sent, are at their bound:
+        // the kernel's buffers then fill and TCP holds the client back.
+        let backPressure =
+            (connection.parser.bufferedBytes > 4 * 1024 * 1024
+                || connection.pendingOutput >= core.configuration.maxPendingOutputBytes)
+            && connection.lingerDeadline == nil
         if !connection.peerClosed && !backPressure { wanted |= EPOLLIN.rawValue }
         if connection.hasPendingOutput { wanted |= EPOLLOUT.rawValue }
         if wanted != connection.interest {
@@ -387,6 +411,9 @@ public final class EventLoop: @unchecked Sendable {
 
     func closeConnection(_ connection: HTTPConnection) {
         guard connections.removeValue(forKey: connection.fd) != nil else { return }
+        core.pendingOutputBytes.subtract(connection.pendingOutput, ordering: .relaxed)
+        connection.output = []
+        connection.outputOffset = 0
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, nil)
         close(connection.fd)
         core.openConnections.subtract(1, ordering: .relaxed)

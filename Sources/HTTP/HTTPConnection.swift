@@ -20,6 +20,11 @@ final class HTTPConnection {
     var lastActivity: UInt64
     var requestStarted: UInt64?
     var interest: UInt32 = 0
+    /// Bytes sent over the connection's life, and where the current write period began (while output is unsent):
+    /// each period of the write timeout must send a minimum, so a trickle of reads never holds the connection.
+    var bytesSent = 0
+    var writePeriodStart: UInt64?
+    var writePeriodSent = 0
 
     init(fd: Int32, id: UInt64, remote: String, limits: HTTPLimits, now: UInt64) {
         self.fd = fd
@@ -30,6 +35,7 @@ final class HTTPConnection {
     }
 
     var hasPendingOutput: Bool { outputOffset < output.count }
+    var pendingOutput: Int { output.count - outputOffset }
 
     /// Nothing in flight, nothing to write and no partial request: safe to close while draining.
     var isIdle: Bool { !inFlight && !hasPendingOutput && !parser.isMidRequest }

@@ -39,6 +39,13 @@ public final class HTTPServer: Sendable {
         public var maxConnections: Int
         /// Open connections one client address may hold (0: no limit); beyond it, 503 and close.
         public var maxConnectionsPerAddress = 0
+        /// Answers a connection may have written but not yet sent: at this bound it stops reading and dispatching
+        /// requests (backpressure) until its client reads.
+        public var maxPendingOutputBytes = 256 * 1024
+        /// A connection with unsent output must send at least ``minBytesPerWriteTimeout`` (or all of it) in each of
+        /// these periods, or it is closed: a client that reads a byte at a time cannot hold it open.
+        public var writeTimeoutMillis: UInt64 = 10_000
+        public var minBytesPerWriteTimeout = 16 * 1024
         public var backlog: Int32
 
         public init(
@@ -67,6 +74,10 @@ public final class HTTPServer: Sendable {
         let openConnections = Atomic<Int>(0)
         let inFlightRequests = Atomic<Int>(0)
         let refusedConnections = Atomic<Int>(0)
+        /// Bytes written by handlers and not yet sent, over every connection.
+        let pendingOutputBytes = Atomic<Int>(0)
+        /// Connections closed because their client did not read their answers in time.
+        let writeTimeouts = Atomic<Int>(0)
         let parseErrors = Mutex<[Int: Int]>([:])
         /// Open connections per client address, when ``Configuration/maxConnectionsPerAddress`` is set.
         let perAddress = Mutex<[String: Int]>([:])
@@ -158,6 +169,11 @@ public final class HTTPServer: Sendable {
 
     /// Connections refused because `maxConnections` was reached.
     public var refusedConnections: Int { core.refusedConnections.load(ordering: .relaxed) }
+    /// Bytes of answers written and not yet sent, over every connection (bounded per connection by
+    /// ``Configuration/maxPendingOutputBytes`` and one answer).
+    public var pendingOutputBytes: Int { core.pendingOutputBytes.load(ordering: .relaxed) }
+    /// Connections closed by the write timeout.
+    public var writeTimeouts: Int { core.writeTimeouts.load(ordering: .relaxed) }
 
     /// Protocol errors answered by the server itself, by status.
     public var protocolErrors: [Int: Int] { core.parseErrors.withLock { $0 } }

@@ -1,0 +1,91 @@
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+import TokenRegistryTesting
+
+@testable import HTTP
+
+/// A connection's unsent answers are bounded (backpressure), and a client that reads a byte at a time is closed by
+/// the write timeout. Both run in the timing group (scripts/test.sh), one at a time.
+@Suite("HTTP server, output bounds")
+struct OutputBoundTests {
+    static let answerBytes = 256 * 1024
+
+    final class Counter: Sendable { let value = Atomic<Int>(0) }
+
+    /// A server whose every answer is `answerBytes` long, counting the requests it answered.
+    func withServer(
+        _ configure: (inout HTTPServer.Configuration) -> Void = { _ in },
+        _ body: (HTTPServer, Int, Counter) async throws -> Void
+    ) async throws {
+        var configuration = HTTPServer.Configuration(host: "127.0.0.1", port: 0, eventLoops: 1)
+        configure(&configuration)
+        let answered = Counter()
+        let payload = [UInt8](repeating: UInt8(ascii: "x"), count: OutputBoundTests.answerBytes)
+        let server = HTTPServer(configuration: configuration) { _ in
+            answered.value.add(1, ordering: .relaxed)
+            return HTTPResponse(status: 200, headers: ["content-type": "text/plain"], body: payload)
+        }
+        try await server.serving { port in try await body(server, port, answered) }
+    }
+
+    /// Requests whose answers (50 MiB) are far more than the kernel's socket buffers on loopback hold (a few MiB
+    /// each side), so unread answers pile up at the server.
+    static let requests = 200
+
+    /// Without backpressure the loop dispatched pipelined requests until 1 MiB of answers waited (and read on until
+    /// 4 MiB of requests did): every connection could hold that much. Now it stops at the bound and one answer.
+    @Test func unreadAnswersAreBoundedPerConnection() async throws {
+        try await withServer { server, port, answered in
+            let client = try RawHTTPClient(port: port, timeout: 10)
+            let requests = String(repeating: "GET /big HTTP/1.1\r\nHost: x\r\n\r\n", count: OutputBoundTests.requests)
+            try await client.send(requests)
+            // Let the loop do all it will: answered stops growing once the connection is held back.
+            var last = -1
+            for _ in 0..<50 where answered.value.load(ordering: .relaxed) != last {
+                last = answered.value.load(ordering: .relaxed)
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            let bound = HTTPServer.Configuration().maxPendingOutputBytes + OutputBoundTests.answerBytes + 1024
+            #expect(server.pendingOutputBytes > 0, "the client read nothing, so something waits")
+            #expect(server.pendingOutputBytes <= bound, "\(server.pendingOutputBytes) bytes wait (bound \(bound))")
+            #expect(answered.value.load(ordering: .relaxed) < OutputBoundTests.requests)
+            // Reading resumes the connection: every request is answered, in order, once the client reads.
+            for _ in 0..<OutputBoundTests.requests {
+                let response = try #require(try await client.readResponse())
+                #expect(response.status == 200 && response.body.count == OutputBoundTests.answerBytes)
+            }
+            #expect(answered.value.load(ordering: .relaxed) == OutputBoundTests.requests)
+            #expect(server.pendingOutputBytes == 0)
+        }
+    }
+
+    /// A byte read now and then used to count as activity, so such a client held its connection (and its unsent
+    /// answer) for as long as it liked. Now each write period must send its minimum.
+    @Test func aClientReadingAByteAtATimeIsClosedByTheWriteTimeout() async throws {
+        try await withServer({
+            $0.writeTimeoutMillis = 1000
+            $0.idleTimeoutMillis = 60_000
+        }) { server, port, _ in
+            let client = try RawHTTPClient(port: port, timeout: 10)
+            try await client.send(String(repeating: "GET /big HTTP/1.1\r\nHost: x\r\n\r\n", count: OutputBoundTests.requests))
+            let started = ContinuousClock.now
+            // The client goes on reading a byte every 100 ms; the server must drop the connection meanwhile.
+            let closed = try await offPool { () -> Bool in
+                var byte: UInt8 = 0
+                while ContinuousClock.now - started < .seconds(15) {
+                    if server.writeTimeouts > 0 && server.openConnections == 0 { return true }
+                    let n = recv(client.fd, &byte, 1, 0)
+                    if n == 0 || (n < 0 && errno == ECONNRESET) { return true }
+                    usleep(100_000)
+                }
+                return false
+            }
+            #expect(closed, "a client reading 10 bytes a second kept its connection for 15 s")
+            #expect(ContinuousClock.now - started < .seconds(15))
+            #expect(server.writeTimeouts == 1)
+            #expect(server.pendingOutputBytes == 0)
+        }
+    }
+}
