@@ -23,14 +23,17 @@ from test_firebase_admin import installation_with_token
 
 @pytest.fixture(scope="module")
 def account_file(project, tmp_path_factory):
+    path = tmp_path_factory.mktemp("sa") / "service-account.json"
     out = subprocess.run(
-        [os.environ["TR_BIN"], "serviceaccount", "create", "--project", project["id"], "--base-url", BASE],
+        [os.environ["TR_BIN"], "serviceaccount", "create", "--project", project["id"], "--base-url", BASE,
+         "--out", str(path)],
         check=True, capture_output=True, text=True)
-    info = json.loads(out.stdout)
+    # The private key goes to the file (0600), never to the terminal.
+    assert "PRIVATE KEY" not in out.stdout and json.loads(out.stdout)["file"] == str(path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    info = json.loads(path.read_text())
     assert info["type"] == "service_account" and info["token_uri"] == BASE + "/token"
     assert info["private_key"].startswith("-----BEGIN PRIVATE KEY-----")
-    path = tmp_path_factory.mktemp("sa") / "service-account.json"
-    path.write_text(out.stdout)
     return path
 
 

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import yaml
 
@@ -35,6 +37,7 @@ COMPOSE = ["docker-compose"]   # Debian's, on podman's Docker API socket
 IMAGE = os.environ.get("IMAGE", "localhost/token-registry:dev")
 TAG = f"trtest{os.getpid()}"
 SECRETS_KEY = base64.b64encode(os.urandom(32)).decode()
+METRICS_TOKEN = os.urandom(16).hex()
 RETRYABLE = {502, 503, 504}
 
 
@@ -194,10 +197,23 @@ def image_test():
         podman("pod", "rm", "-f", pod, check_status=False, timeout=60)
 
 
+def metrics_status(base, token):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{base}/metrics", headers=headers), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception:
+        return None
+
+
 def compose_test():
     port = free_port()
     env = {**os.environ, "POSTGRES_IMAGE": "localhost/postgres:15", "HAPROXY_IMAGE": "localhost/haproxy:2.6",
            "TOKEN_REGISTRY_IMAGE": IMAGE, "SECRETS_KEY": SECRETS_KEY, "REGISTRY_PORT": f"127.0.0.1:{port}",
+           "POSTGRES_PASSWORD": "pg-" + os.urandom(8).hex(), "REGISTRY_DB_PASSWORD": "rg-" + os.urandom(8).hex(),
+           "METRICS_TOKEN": METRICS_TOKEN,
            "RATE_LIMIT_CREATE_PER_ADDRESS": "0", "DOCKER_HOST": f"unix:///tmp/{TAG}.sock"}
     compose = [*COMPOSE, "-p", TAG, "-f", os.path.join(ROOT, "deploy/docker-compose.yml")]
     api = subprocess.Popen([*PODMAN, "system", "service", "--time=0", env["DOCKER_HOST"]],
@@ -221,6 +237,13 @@ def compose_test():
 
         def sql(text):
             return podman("exec", names["postgres"], "psql", "-U", "postgres", "-d", "token_registry", "-Atc", text)
+
+        check("compose: the service connects as its own role, not a superuser",
+              sql("SELECT rolsuper FROM pg_roles WHERE rolname = 'registry'") == "f"
+              and sql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'registry'") != "0",
+              sql("SELECT usename, count(*) FROM pg_stat_activity GROUP BY 1"))
+        check("compose: /metrics needs METRICS_TOKEN",
+              metrics_status(base, None) == 401 and metrics_status(base, METRICS_TOKEN) == 200)
 
         rolling_stop_under_load("compose", base, replicas, lambda c: podman("start", c),
                                 lambda c: podman("stop", "-t", "30", c, timeout=60), sql)

@@ -85,7 +85,10 @@ public final class Application: Sendable {
         TokenController(serviceAccounts: s.serviceAccounts).register(&routes)
         CheckinController(
             catalog: s.catalog, checkins: s.checkins, installations: s.installations, registrations: s.registrations,
-            topics: s.topics
+            topics: s.topics,
+            perAddress: RateLimiter(
+                ratePerSecond: configuration.checkinRatePerAddress, burst: configuration.checkinRatePerAddress * 2),
+            trustedProxyHops: configuration.trustedProxyHops
         ).register(&routes)
         return routes
     }

@@ -10,20 +10,20 @@ public struct Authenticator: Sendable {
     let installations: InstallationService
     let serviceAccounts: ServiceAccountService
 
-    /// The project named in the path, by ID or number; an unknown one is refused with 403.
+    /// The project named in the path, by ID or number.
+    ///
+    /// An unknown one is not refused here: the request goes on against a project that no credential belongs to
+    /// (``Project`` with the reference as its ID and no number), so every caller gets exactly what a known project
+    /// answers a stranger with the same credentials: 403 for another project's valid API key or server key, 400 for
+    /// an API key that is not one, 401 for a credential that is not valid. Whether a project exists is never told
+    /// apart. (An SDK sends its API key first, so a misconfigured one gets 403 or 400, never the 404 that makes it
+    /// discard its FID.) A reference that is neither a project ID nor a number is a bad path (400).
     public func project(_ context: RequestContext) async throws -> Project {
         let reference = context.parameter("project")
-        // 403, not 404: every Firebase SDK takes a 404 on generate-auth-token to mean "FID gone" and discards the
-        // device's FID; a configuration error must never do that (Firebase answers 403 for a key that does not fit).
-        guard let project = try await catalog.project(reference) else {
-            // A request with no credential at all learns nothing about which projects exist.
-            if !Authenticator.carriesCredential(context) {
-                throw APIError.unauthenticated(
-                    "credentials are required (an API key, an installation token or a server key)")
-            }
-            throw APIError.permissionDenied("project \(reference.prefix(64)) not found, or not accessible")
+        guard Identifiers.isValidProjectID(reference) || Identifiers.isProjectNumber(reference) else {
+            throw APIError.invalid("project: must be a project ID (6-30 lower-case letters, digits, hyphens) or number")
         }
-        return project
+        return try await catalog.project(reference) ?? Project(id: reference, number: -1)
     }
 
     /// The app whose API key came with the request (`x-goog-api-key` or `?key=`); it must belong to `project`.
@@ -35,7 +35,7 @@ public struct Authenticator: Sendable {
             throw APIError.invalid("API key not valid. Please pass a valid API key.")
         }
         guard app.projectID == project.id else {
-            throw APIError.permissionDenied("the API key does not belong to project \(project.id)")
+            throw APIError.permissionDenied("the API key does not belong to this project")
         }
         return app
     }
@@ -45,13 +45,6 @@ public struct Authenticator: Sendable {
         if let key = context.header("x-goog-api-key") ?? context.request.query("key"), !key.isEmpty {
             _ = try await app(context, project: project)
         }
-    }
-
-    /// True when the request carries any credential: an API key, an `Authorization` header or an installation token.
-    static func carriesCredential(_ context: RequestContext) -> Bool {
-        ["authorization", "x-goog-api-key", "x-goog-firebase-installations-auth"].contains {
-            !(context.header($0) ?? "").isEmpty
-        } || !(context.request.query("key") ?? "").isEmpty
     }
 
     /// True when the request carries a server key (`Authorization: Bearer …`).
@@ -70,7 +63,7 @@ public struct Authenticator: Sendable {
 
     /// The project a server credential (server key or service-account access token) belongs to, or nil.
     func credentialProject(_ credential: String) async throws -> String? {
-        if let project = serviceAccounts.project(ofAccessToken: credential) { return project }
+        if let project = try await serviceAccounts.project(ofAccessToken: credential) { return project }
         return try await catalog.projectID(serverKey: credential)
     }
 
@@ -91,7 +84,7 @@ public struct Authenticator: Sendable {
             throw APIError.unauthenticated("the server key is not valid")
         }
         guard owner == project.id else {
-            throw APIError.permissionDenied("the server key does not belong to project \(project.id)")
+            throw APIError.permissionDenied("the server key does not belong to this project")
         }
     }
 

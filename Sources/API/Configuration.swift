@@ -30,6 +30,9 @@ public struct Configuration: Sendable {
     /// Installation creates per second, per API key and per client address (bursts of twice that).
     public var createRatePerKey = 500.0
     public var createRatePerAddress = 100.0
+    /// Unauthenticated writes of the register API per second per client address: `POST /checkin` and the GCM form
+    /// of `POST /register` (bursts of twice that).
+    public var checkinRatePerAddress = 10.0
     /// Proxies in front of the service that append the client's address to `X-Forwarded-For`; 0 takes the socket's.
     public var trustedProxyHops = 0
     /// When set, `GET /metrics` requires `Authorization: Bearer <token>`.
@@ -100,6 +103,8 @@ public struct Configuration: Sendable {
         c.createRatePerKey = Double(try reader.int("RATE_LIMIT_CREATE_PER_KEY", default: 500, range: 0...1_000_000))
         c.createRatePerAddress = Double(
             try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))
+        c.checkinRatePerAddress = Double(
+            try reader.int("RATE_LIMIT_CHECKIN_PER_ADDRESS", default: 10, range: 0...1_000_000))
         if env["TRUST_FORWARDED_FOR"] != nil {
             throw ConfigurationError(
                 variable: "TRUST_FORWARDED_FOR",

@@ -65,18 +65,27 @@ public struct EmbeddedPostgres: Sendable {
         if !FileManager.default.fileExists(atPath: dataDirectory + "/PG_VERSION") {
             progress("creating the PostgreSQL cluster in \(dataDirectory)")
             try await run(
-                bin + "/initdb", ["-D", dataDirectory, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
+                bin + "/initdb",
+                [
+                    "-D", dataDirectory, "-U", "postgres", "--auth-local=peer", "--auth-host=reject", "-E", "UTF8",
+                    "--locale=C",
+                ],
                 asPostgres: asRoot)
         }
+        // Only the owner is admitted, every start (a cluster an older version made with `trust` is closed too): the
+        // socket's directory is the owner's alone, and the server admits the owner's account by peer authentication.
+        try writeAuthentication()
+        try await run("/bin/chmod", ["700", directory, socketDirectory, dataDirectory], asPostgres: asRoot)
         let running = (try? await run(bin + "/pg_ctl", ["-D", dataDirectory, "status"], asPostgres: asRoot)) != nil
         if running {
             progress(
                 owner
                     ? "adopting the PostgreSQL left running in \(dataDirectory); it stops when this service does"
                     : "sharing the PostgreSQL in \(dataDirectory) with the service that started it")
+            try await run(bin + "/pg_ctl", ["-D", dataDirectory, "reload"], asPostgres: asRoot)
         } else {
             progress("starting PostgreSQL (\(dataDirectory), socket in \(socketDirectory))")
-            let options = "-k \(socketDirectory) -c listen_addresses='' -p \(port)"
+            let options = "-k \(socketDirectory) -c listen_addresses='' -c unix_socket_permissions=0700 -p \(port)"
             // The server inherits pg_ctl's output; a pipe would stay open for the server's lifetime, so discard it
             // (the server writes its own log to server.log).
             do {
@@ -97,6 +106,39 @@ public struct EmbeddedPostgres: Sendable {
             try await admin.execute("CREATE DATABASE \(quoted)")
         }
         return (conninfo, owner || !running)
+    }
+
+    /// The OS accounts admitted, as the database superuser `postgres`: this process's user, and the server's own
+    /// (`postgres` when the service runs as root).
+    var admittedAccounts: [String] {
+        let me = getpwuid(getuid()).map { String(cString: $0.pointee.pw_name) } ?? "postgres"
+        return Array(Set([me, "postgres"])).sorted()
+    }
+
+    /// `pg_hba.conf` and `pg_ident.conf`: local connections by peer authentication, mapped from the admitted
+    /// accounts only; no TCP at all (the server does not listen on it either). Never `trust`.
+    static func authentication(admitting accounts: [String]) -> (hba: String, ident: String) {
+        let hba = """
+            # Written by token-registry at every start: only the accounts in pg_ident.conf's "owner" map get in.
+            local all all peer map=owner
+            host all all all reject
+
+            """
+        let ident = "# Written by token-registry at every start.\n"
+            + accounts.map { "owner \($0) postgres\n" }.joined()
+        return (hba, ident)
+    }
+
+    private func writeAuthentication() throws {
+        let (hba, ident) = EmbeddedPostgres.authentication(admitting: admittedAccounts)
+        for (name, text) in [("pg_hba.conf", hba), ("pg_ident.conf", ident)] {
+            let path = dataDirectory + "/" + name
+            try text.write(toFile: path, atomically: false, encoding: .utf8)
+            chmod(path, 0o600)
+            if getuid() == 0, let postgres = getpwnam("postgres") {
+                chown(path, postgres.pointee.pw_uid, postgres.pointee.pw_gid)
+            }
+        }
     }
 
     /// Takes the directory's owner lock (`flock`, held until the process ends: the kernel drops it however the

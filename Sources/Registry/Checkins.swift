@@ -32,8 +32,15 @@ public protocol CheckinStore: Sendable {
     func touch(androidID: UInt64, at: Date) async throws
     /// Binds the check-in to an installation; false when it is bound to another one already.
     func bind(androidID: UInt64, projectID: String, fid: String) async throws -> Bool
-    /// The token of a GCM-form registration (no installation: a web-push receiver), made on first use.
-    func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date) async throws -> String
+    /// The token of a GCM-form registration (no installation: a web-push receiver), made on first use, unless the
+    /// check-in holds `limit` of them already (`.resourceExhausted`).
+    func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date, limit: Int)
+        async throws -> String
+    /// Removes up to `limit` check-ins last seen before `cutoff` that never registered anything (no installation,
+    /// no GCM-form registration).
+    ///
+    /// - Returns: how many were removed.
+    func purgeUnused(before cutoff: Date, limit: Int) async throws -> Int
     /// Removes a GCM-form registration; the token it had, if any.
     func deleteGCMToken(androidID: UInt64, app: String, subtype: String) async throws -> String?
 }
@@ -42,6 +49,11 @@ public protocol CheckinStore: Sendable {
 public struct CheckinService: Sendable {
     let store: any CheckinStore
     let clock: any Clock
+    /// A check-in that never registered anything is removed this long after it was last seen (a device checks in
+    /// again when it needs one).
+    public static let unusedRetention: TimeInterval = 7 * 86_400
+    /// GCM-form registrations one check-in may hold (one per app and sender a web-push receiver uses).
+    public static let maxGCMRegistrations = 100
 
     public init(store: any CheckinStore, clock: any Clock) {
         self.store = store
@@ -107,12 +119,31 @@ public struct CheckinService: Sendable {
 
     /// The GCM-form registration token of a check-in, app and subtype (the same on every call).
     public func gcmToken(_ checkin: StoredCheckin, app: String, subtype: String) async throws -> String {
-        try await store.gcmToken(
+        try CheckinService.check(app: app, subtype: subtype)
+        return try await store.gcmToken(
             androidID: checkin.androidID, app: app, subtype: subtype,
-            candidate: "gcm:" + Base64URL.encode(try SecureRandom.bytes(48)), at: clock.now())
+            candidate: "gcm:" + Base64URL.encode(try SecureRandom.bytes(48)), at: clock.now(),
+            limit: CheckinService.maxGCMRegistrations)
     }
 
     public func deleteGCMToken(_ checkin: StoredCheckin, app: String, subtype: String) async throws -> String? {
-        try await store.deleteGCMToken(androidID: checkin.androidID, app: app, subtype: subtype)
+        try CheckinService.check(app: app, subtype: subtype)
+        return try await store.deleteGCMToken(androidID: checkin.androidID, app: app, subtype: subtype)
+    }
+
+    /// A GCM-form registration's app (a bundle or package name) and subtype (a sender ID, a scope): printable, no
+    /// control characters, at most 256 bytes each.
+    static func check(app: String, subtype: String) throws {
+        guard !app.isEmpty, Identifiers.isPlainText(app, limit: 256) else {
+            throw RegistryError.invalid("app", "must be 1 to 256 bytes of printable text")
+        }
+        guard !subtype.isEmpty, Identifiers.isPlainText(subtype, limit: 256) else {
+            throw RegistryError.invalid("subtype", "must be 1 to 256 bytes of printable text")
+        }
+    }
+
+    /// Removes check-ins unused for ``unusedRetention`` (see ``CheckinStore/purgeUnused(before:limit:)``).
+    public func purgeUnused(now: Date, limit: Int = 10_000) async throws -> Int {
+        try await store.purgeUnused(before: now.addingTimeInterval(-CheckinService.unusedRetention), limit: limit)
     }
 }

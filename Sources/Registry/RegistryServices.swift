@@ -73,6 +73,6 @@ public struct RegistryServices: Sendable {
         jobs = Jobs(
             installations: installations, installationStore: stores.installations, deliveries: stores.deliveries,
             maintenance: stores.maintenance, feed: stores.feed, transport: transport, policy: policy,
-            freshness: freshness, time: jobTime, replicaClock: clock)
+            freshness: freshness, time: jobTime, replicaClock: clock, checkins: checkins)
     }
 }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import JSON
+import Synchronization
 
 /// A service account of a project: what the registry keeps of it (never the private key).
 public struct ServiceAccount: Sendable, Equatable {
@@ -12,9 +13,12 @@ public struct ServiceAccount: Sendable, Equatable {
     /// The file's `token_uri`, accepted as an assertion audience beside Google's own.
     public let tokenURI: String
     public let createdAt: Date
+    /// When the operator revoked it: its assertions and access tokens stop working.
+    public let revokedAt: Date?
 
     public init(
-        projectID: String, keyID: String, clientEmail: String, publicKeyPEM: String, tokenURI: String, createdAt: Date
+        projectID: String, keyID: String, clientEmail: String, publicKeyPEM: String, tokenURI: String, createdAt: Date,
+        revokedAt: Date? = nil
     ) {
         self.projectID = projectID
         self.keyID = keyID
@@ -22,14 +26,20 @@ public struct ServiceAccount: Sendable, Equatable {
         self.publicKeyPEM = publicKeyPEM
         self.tokenURI = tokenURI
         self.createdAt = createdAt
+        self.revokedAt = revokedAt
     }
 }
 
 /// Storage of service accounts.
 public protocol ServiceAccountStore: Sendable {
     func insert(_ account: ServiceAccount) async throws
+    /// The account, revoked or not.
     func account(keyID: String) async throws -> ServiceAccount?
     func account(clientEmail: String) async throws -> ServiceAccount?
+    /// The project's accounts, oldest first, revoked ones included.
+    func accounts(projectID: String) async throws -> [ServiceAccount]
+    /// Marks the account revoked at `at`; false when there is no such account or it was revoked already.
+    func revoke(keyID: String, at: Date) async throws -> Bool
 }
 
 /// An access token handed out for a verified assertion: a project-scoped server credential.
@@ -52,11 +62,48 @@ public struct ServiceAccountService: Sendable {
     let store: any ServiceAccountStore
     let clock: any Clock
     let tokenKey: [UInt8]
+    /// Whether each account seen lately is still in force, for at most ``revocationBound`` seconds (a revoked
+    /// account's tokens stop within that bound on every replica, as a revoked server key's do).
+    private let active = ActiveAccounts()
+    private final class ActiveAccounts: Sendable {
+        let entries = Mutex<[String: (active: Bool, until: ContinuousClock.Instant)]>([:])
+        func withLock<T>(_ body: (inout [String: (active: Bool, until: ContinuousClock.Instant)]) -> T) -> T {
+            entries.withLock { body(&$0) }
+        }
+    }
+    public static let revocationBound: Double = 30
 
     public init(store: any ServiceAccountStore, clock: any Clock, tokenKey: [UInt8]) {
         self.store = store
         self.clock = clock
         self.tokenKey = tokenKey
+    }
+
+    /// The project's service accounts, revoked ones included.
+    public func list(projectID: String) async throws -> [ServiceAccount] {
+        try await store.accounts(projectID: projectID)
+    }
+
+    /// Revokes an account: assertions signed with its key are refused at once, its access tokens within
+    /// ``revocationBound``. False when there is no such account, or it was revoked already.
+    public func revoke(keyID: String) async throws -> Bool {
+        guard keyID.utf8.count <= 128, Identifiers.isPlainText(keyID) else { return false }
+        let revoked = try await store.revoke(keyID: keyID, at: clock.now())
+        active.withLock { $0[keyID] = nil }
+        return revoked
+    }
+
+    /// Whether the account is in force, cached for ``revocationBound``.
+    private func isActive(keyID: String) async throws -> Bool {
+        let now = ContinuousClock.now
+        if let hit = active.withLock({ $0[keyID] }), hit.until > now { return hit.active }
+        let account = try await store.account(keyID: keyID)
+        let inForce = account != nil && account?.revokedAt == nil
+        active.withLock { cache in
+            if cache.count >= 10_000 { cache.removeAll(keepingCapacity: true) }
+            cache[keyID] = (inForce, now + .seconds(ServiceAccountService.revocationBound))
+        }
+        return inForce
     }
 
     /// Makes a service account for `project` and returns its credential file (shown once: the private key is not
@@ -105,8 +152,8 @@ public struct ServiceAccountService: Sendable {
         } else {
             account = try await store.account(clientEmail: issuer)
         }
-        guard let account, account.clientEmail == issuer else {
-            throw Self.invalidGrant("no service account matches the assertion's kid and iss")
+        guard let account, account.clientEmail == issuer, account.revokedAt == nil else {
+            throw Self.invalidGrant("no service account in force matches the assertion's kid and iss")
         }
         guard let key = try? RSAKey(pem: account.publicKeyPEM),
             key.verify(signature: parts.signature, for: parts.signingInput)
@@ -132,13 +179,14 @@ public struct ServiceAccountService: Sendable {
             throw Self.invalidGrant("the assertion's exp must be at most one hour after iat, and iat not in the future")
         }
         let expires = ClientNumbers.adding(now, Int64(Self.accessTokenLifetime))
-        let payload = Base64URL.encode(Array("\(account.projectID)|\(expires)".utf8))
+        // The account's key id rides in the token, so revoking the account ends its tokens too.
+        let payload = Base64URL.encode(Array("\(account.projectID)|\(expires)|\(account.keyID)".utf8))
         let mac = Base64URL.encode(HMACSHA256.authenticate(Array(payload.utf8), key: tokenKey))
         return AccessToken(token: Self.tokenPrefix + payload + "." + mac, expiresIn: Self.accessTokenLifetime)
     }
 
-    /// The project an access token is for, or nil when it is not one of ours, or has expired.
-    public func project(ofAccessToken token: String) -> String? {
+    /// The project an access token is for, or nil when it is not one of ours, has expired, or its account was revoked.
+    public func project(ofAccessToken token: String) async throws -> String? {
         guard token.hasPrefix(Self.tokenPrefix), token.utf8.count <= 512 else { return nil }
         let parts = token.dropFirst(Self.tokenPrefix.count).split(separator: ".")
         guard parts.count == 2, let mac = Base64URL.decode(parts[1]),
@@ -146,7 +194,8 @@ public struct ServiceAccountService: Sendable {
             let payload = Base64URL.decode(parts[0]), let text = String(validating: payload, as: UTF8.self)
         else { return nil }
         let fields = text.split(separator: "|")
-        guard fields.count == 2, let expires = Int64(fields[1]), expires > ClientNumbers.unixSeconds(clock.now())
+        guard fields.count == 3, let expires = Int64(fields[1]), expires > ClientNumbers.unixSeconds(clock.now()),
+            try await isActive(keyID: String(fields[2]))
         else { return nil }
         return String(fields[0])
     }

@@ -42,22 +42,47 @@ struct PostgresCheckinStore: CheckinStore {
         ).affectedRows == 1
     }
 
-    func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date) async throws -> String {
+    func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date, limit: Int)
+        async throws -> String
+    {
         guard let id = Int64(exactly: androidID) else { throw RegistryError(.notFound, "unknown check-in") }
-        let rows = try await db.query(
-            """
-            WITH made AS (
+        return try await db.transaction { c in
+            // Under the check-in's row lock, so concurrent registrations of one check-in count one after another.
+            try await c.query("SELECT 1 FROM checkins WHERE android_id = \(id) FOR NO KEY UPDATE")
+            if let existing: String = try await c.query(
+                """
+                SELECT token FROM gcm_registrations WHERE android_id = \(id) AND app = \(app) AND subtype = \(subtype)
+                """
+            ).first?.require("token") {
+                return existing
+            }
+            let held: Int = try await c.query(
+                "SELECT count(*)::int AS n FROM gcm_registrations WHERE android_id = \(id)"
+            ).first?.require("n") ?? 0
+            guard held < limit else {
+                throw RegistryError(
+                    .resourceExhausted, "a check-in may hold at most \(limit) registrations", field: "subtype")
+            }
+            try await c.query(
+                """
                 INSERT INTO gcm_registrations (android_id, app, subtype, token, created_at)
-                VALUES (\(id), \(app), \(subtype), \(candidate), \(at)) ON CONFLICT (android_id, app, subtype) DO NOTHING
-                RETURNING token
-            )
-            SELECT token FROM made UNION ALL
-            SELECT token FROM gcm_registrations WHERE android_id = \(id) AND app = \(app) AND subtype = \(subtype)
-            """)
-        guard let token: String = try rows.first?.require("token") else {
-            throw RegistryError(.aborted, "the registration changed meanwhile; retry")
+                VALUES (\(id), \(app), \(subtype), \(candidate), \(at))
+                """)
+            return candidate
         }
-        return token
+    }
+
+    func purgeUnused(before cutoff: Date, limit: Int) async throws -> Int {
+        try await db.query(
+            """
+            DELETE FROM checkins WHERE android_id IN (
+                SELECT c.android_id FROM checkins c
+                WHERE c.fid IS NULL AND c.last_checkin_at < \(cutoff)
+                  AND NOT EXISTS (SELECT 1 FROM gcm_registrations g WHERE g.android_id = c.android_id)
+                ORDER BY c.last_checkin_at LIMIT \(limit)
+            )
+            """
+        ).affectedRows
     }
 
     func deleteGCMToken(androidID: UInt64, app: String, subtype: String) async throws -> String? {

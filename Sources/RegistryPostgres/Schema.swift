@@ -19,6 +19,8 @@ public enum Schema {
         migration(14, "subscribe_function", PackageResources.m014_subscribe_function_sql),
         migration(15, "deletion_counts", PackageResources.m015_deletion_counts_sql),
         migration(16, "receipts_and_fair_deliveries", PackageResources.m016_receipts_and_fair_deliveries_sql),
+        migration(17, "checkin_retention", PackageResources.m017_checkin_retention_sql),
+        migration(18, "service_account_revocation", PackageResources.m018_service_account_revocation_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

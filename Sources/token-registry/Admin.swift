@@ -217,28 +217,94 @@ extension Admin {
 }
 
 extension Admin {
-    /// `serviceaccount create --project P [--base-url URL]`: prints a service-account credential file.
+    /// `serviceaccount create|list|revoke`: credential files for the admin SDKs, and their lifecycle.
     static func serviceAccount(_ arguments: Arguments) async throws -> Int32 {
-        guard arguments.words.first == "create", !arguments.wantsHelp else {
+        switch arguments.wantsHelp ? nil : arguments.words.first {
+        case "create": return try await createServiceAccount(arguments)
+        case "list": return try await listServiceAccounts(arguments)
+        case "revoke": return try await revokeServiceAccount(arguments)
+        default:
             print(
                 """
-                token-registry serviceaccount create --project <id|number> [--base-url <URL>]
-                  Prints a service-account credential file (JSON) for the project: the admin SDKs load it as they load
-                  Google's (GOOGLE_APPLICATION_CREDENTIALS, credentials.Certificate, cert()), and exchange it at
-                  <base-url>/token for an hour-long access token. The private key is printed once and not kept.
+                token-registry serviceaccount create --project <id|number> --out <file> [--base-url <URL>]
+                  Writes a service-account credential file (JSON, mode 0600; an existing file is never overwritten)
+                  for the project: the admin SDKs load it as they load Google's (GOOGLE_APPLICATION_CREDENTIALS,
+                  credentials.Certificate, cert()), and exchange it at <base-url>/token for an hour-long access
+                  token. The private key is written once, to that file only, and not kept.
                   --base-url  where the SDKs reach this service (default http://127.0.0.1:$PORT, PORT default 8080).
+                token-registry serviceaccount list --project <id|number>
+                  The project's accounts: key id, client email, when made and, if so, revoked.
+                token-registry serviceaccount revoke --key-id <private_key_id>
+                  Refuses the account's assertions at once, and its access tokens within 30 s on every replica.
                 """)
             return arguments.wantsHelp ? 0 : 2
         }
-        try arguments.allow(["project", "base-url"])
+    }
+
+    static func serviceAccountJSON(_ a: ServiceAccount) -> JSONValue {
+        [
+            "privateKeyId": .string(a.keyID), "clientEmail": .string(a.clientEmail), "projectId": .string(a.projectID),
+            "createTime": .string(Timestamp.rfc3339(a.createdAt)),
+            "revokeTime": a.revokedAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+        ]
+    }
+
+    private static func createServiceAccount(_ arguments: Arguments) async throws -> Int32 {
+        try arguments.allow(["project", "base-url", "out"])
         let reference = try arguments.required("project")
+        guard let out = arguments.options["out"], !out.isEmpty else {
+            throw CLIError("missing --out <file>: the private key is written to a file (0600), never to the terminal")
+        }
         let port = ProcessInfo.processInfo.environment["PORT"] ?? "8080"
         let base = arguments.options["base-url"] ?? "http://127.0.0.1:\(port)"
+        // Created before the account is made: a path that cannot be written leaves no account behind.
+        let fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw CLIError("cannot create \(out): \(String(cString: strerror(errno))) (an existing file is never overwritten)")
+        }
+        var written = false
+        defer {
+            close(fd)
+            if !written { unlink(out) }
+        }
         return try await withApplication { app in
             guard let project = try await app.catalog.project(reference) else {
                 throw CLIError("no project \(reference)")
             }
-            printJSON(try await app.services.serviceAccounts.create(project: project, baseURL: base))
+            let file = try await app.services.serviceAccounts.create(project: project, baseURL: base)
+            let bytes = file.encoded() + [UInt8(ascii: "\n")]
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            guard n == bytes.count, fsync(fd) == 0 else { throw CLIError("cannot write \(out)") }
+            written = true
+            printJSON([
+                "file": .string(out), "privateKeyId": file["private_key_id"] ?? .null,
+                "clientEmail": file["client_email"] ?? .null, "tokenUri": file["token_uri"] ?? .null,
+            ])
+            return 0
+        }
+    }
+
+    private static func listServiceAccounts(_ arguments: Arguments) async throws -> Int32 {
+        try arguments.allow(["project"])
+        let reference = try arguments.required("project")
+        return try await withApplication { app in
+            guard let project = try await app.catalog.project(reference) else {
+                throw CLIError("no project \(reference)")
+            }
+            let accounts = try await app.services.serviceAccounts.list(projectID: project.id)
+            printJSON(["serviceAccounts": .array(accounts.map(serviceAccountJSON))])
+            return 0
+        }
+    }
+
+    private static func revokeServiceAccount(_ arguments: Arguments) async throws -> Int32 {
+        try arguments.allow(["key-id"])
+        let keyID = try arguments.required("key-id")
+        return try await withApplication { app in
+            guard try await app.services.serviceAccounts.revoke(keyID: keyID) else {
+                throw CLIError("no service account in force has key id \(keyID)")
+            }
+            printJSON(["privateKeyId": .string(keyID), "revoked": true])
             return 0
         }
     }

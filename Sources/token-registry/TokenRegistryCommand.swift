@@ -25,8 +25,10 @@ enum TokenRegistryCommand {
           token-registry keys rotate           add a new auth-token signing key (old keys keep verifying)
           token-registry keys retire --kid <kid>
                                                stop a signing key from signing and verifying
-          token-registry serviceaccount create --project <id|number> [--base-url <URL>]
-                                               print a service-account credential file for the admin SDKs
+          token-registry serviceaccount create --project <id|number> --out <file> [--base-url <URL>]
+                                               write a service-account credential file (0600) for the admin SDKs
+          token-registry serviceaccount list --project <id|number>
+          token-registry serviceaccount revoke --key-id <private_key_id>
           token-registry jobs run [--now <RFC 3339 time>]
                                                run each background job once (deliver, purge, expire, relay)
           token-registry probe [--path /healthz] [--port $PORT] [--timeout-ms 2000]

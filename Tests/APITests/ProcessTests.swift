@@ -145,12 +145,33 @@ struct ProcessTests {
                 ["app", "create", "--project", "cli-proj", "--platform", "web", "--app-id", "1:999:web:00"],
                 environment: env)
         }
-        let account = try JSONParser.parse(
-            try await ServiceProcess.command(
-                ["serviceaccount", "create", "--project", "cli-proj", "--base-url", "https://registry.example"],
-                environment: env))
+        // The credential file is written 0600, never printed, never over an existing file; list and revoke follow it.
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("sa-\(UUID().uuidString).json").path
+        defer { unlink(file) }
+        let printed = try await ServiceProcess.command(
+            ["serviceaccount", "create", "--project", "cli-proj", "--base-url", "https://registry.example", "--out", file],
+            environment: env)
+        #expect(!printed.contains("PRIVATE KEY"))
+        let attributes = try FileManager.default.attributesOfItem(atPath: file)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        let account = try JSONParser.parse(Array(try #require(FileManager.default.contents(atPath: file))))
         #expect(account["type"]?.stringValue == "service_account" && account["project_id"]?.stringValue == "cli-proj")
         #expect(account["token_uri"]?.stringValue == "https://registry.example/token")
+        await #expect(throws: (any Error).self) {
+            try await ServiceProcess.command(
+                ["serviceaccount", "create", "--project", "cli-proj", "--out", file], environment: env)
+        }
+        await #expect(throws: (any Error).self) {
+            try await ServiceProcess.command(["serviceaccount", "create", "--project", "cli-proj"], environment: env)
+        }
+        let keyID = try #require(account["private_key_id"]?.stringValue)
+        let listed = try JSONParser.parse(
+            try await ServiceProcess.command(["serviceaccount", "list", "--project", "cli-proj"], environment: env))
+        #expect(listed["serviceAccounts"]?.arrayValue?.map { $0["privateKeyId"]?.stringValue } == [keyID])
+        _ = try await ServiceProcess.command(["serviceaccount", "revoke", "--key-id", keyID], environment: env)
+        let after = try JSONParser.parse(
+            try await ServiceProcess.command(["serviceaccount", "list", "--project", "cli-proj"], environment: env))
+        #expect(after["serviceAccounts"]?.arrayValue?.first?["revokeTime"]?.stringValue != nil)
     }
 
     @Test func aReplicaWithAnotherMasterKeyRefusesToStart() async throws {

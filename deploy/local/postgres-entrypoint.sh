@@ -17,5 +17,13 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 CREATE DATABASE "$POSTGRES_DB";
 SQL
   fi
+  # As the official image does: the scripts of /docker-entrypoint-initdb.d, once, against a server on its socket only.
+  if ls /docker-entrypoint-initdb.d/*.sh >/dev/null 2>&1; then
+    runuser -u postgres -- pg_ctl -D "$PGDATA" -w -o "-c listen_addresses=''" start >/dev/null
+    for script in /docker-entrypoint-initdb.d/*.sh; do
+      runuser -u postgres -- env PGHOST=/run/postgresql sh "$script"
+    done
+    runuser -u postgres -- pg_ctl -D "$PGDATA" -w -m fast stop >/dev/null
+  fi
 fi
 exec runuser -u postgres -- postgres -D "$PGDATA" -c listen_addresses='*' "$@"

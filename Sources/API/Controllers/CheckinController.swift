@@ -15,6 +15,9 @@ struct CheckinController: Sendable {
     let installations: InstallationService
     let registrations: RegistrationService
     let topics: TopicService
+    /// Unauthenticated writes (new check-ins, GCM-form registrations) per client address.
+    let perAddress: RateLimiter
+    let trustedProxyHops: Int
 
     func register(_ routes: inout Routes) {
         routes.add(.POST, "/checkin", checkIn)
@@ -38,6 +41,7 @@ struct CheckinController: Sendable {
         case .invalidArgument: return text(400, "Error=INVALID_PARAMETERS")
         case .failedPrecondition: return text(400, "Error=FAILED_PRECONDITION")
         case .notFound: return text(404, "Error=RST")
+        case .resourceExhausted: return text(429, "Error=RESOURCE_EXHAUSTED")
         case .unavailable, .aborted:
             var response = text(503, "Error=SERVICE_NOT_AVAILABLE")
             response.headers.add(name: "retry-after", value: "1")
@@ -46,10 +50,20 @@ struct CheckinController: Sendable {
         }
     }
 
+    /// 429 with `Retry-After` (and Google's `Error=` body) when the client's address is over its rate.
+    private func limit(_ context: RequestContext) -> HTTPResponse? {
+        let address = ClientAddress.limiterKey(ClientAddress.of(context.request, trustedProxyHops: trustedProxyHops))
+        guard let wait = perAddress.acquire(address) else { return nil }
+        var response = Self.text(429, "Error=RESOURCE_EXHAUSTED")
+        response.headers.add(name: "retry-after", value: String(wait))
+        return response
+    }
+
     // MARK: - Check-in
 
     /// `POST /checkin`: JSON (iOS) or `application/x-protobuf` (GCM clients), answered in the same form.
     func checkIn(_ context: RequestContext) async throws -> HTTPResponse {
+        if let limited = limit(context) { return limited }
         let protobuf = context.header("content-type")?.lowercased().hasPrefix("application/x-protobuf") ?? false
         var androidID: UInt64?
         var securityToken: UInt64?
@@ -146,6 +160,7 @@ struct CheckinController: Sendable {
             }
             guard let app = form("app"), let subtype = form("subtype") ?? form("sender"), !app.isEmpty, !subtype.isEmpty
             else { throw RegistryError.invalid("app", "app and X-subtype (or sender) are required") }
+            if let limited = limit(context) { return limited }
             if form.deletes {
                 let token = try await checkins.deleteGCMToken(checkin, app: app, subtype: subtype)
                 return Self.text(200, "deleted=\(token ?? subtype)")

@@ -106,7 +106,8 @@ struct InstallationsController {
     /// The per-address limit first; the per-key bucket is charged only for requests that pass it, so one address
     /// flooding creates cannot starve every other device of the app.
     private func limit(_ context: RequestContext, apiKey: String) throws {
-        let address = ClientAddress.of(context.request, trustedProxyHops: createLimits.trustedProxyHops)
+        let address = ClientAddress.limiterKey(
+            ClientAddress.of(context.request, trustedProxyHops: createLimits.trustedProxyHops))
         if let wait = createLimits.perAddress.acquire(address) ?? createLimits.perKey.acquire(apiKey) {
             var error = APIError(429, "RESOURCE_EXHAUSTED", "too many installations created; retry after \(wait) s")
             error.headers.add(name: "retry-after", value: String(wait))
@@ -129,5 +130,16 @@ enum ClientAddress {
         guard entries.count >= trustedProxyHops else { return socket }
         let entry = entries[entries.count - trustedProxyHops]
         return entry.isEmpty || entry.utf8.count > 64 ? socket : entry
+    }
+
+    /// The key a per-address limit counts under: an IPv4 address as is (an IPv4-mapped IPv6 one as its IPv4), an
+    /// IPv6 address by its /64 (one subscriber's whole prefix: a client that picks a new address of its /64 a request
+    /// is still one client); anything else as written.
+    static func limiterKey(_ address: String) -> String {
+        guard address.contains(":"), case let .v6(bytes)? = IPAddress.literal(address) else { return address }
+        if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
+            return "\(bytes[12]).\(bytes[13]).\(bytes[14]).\(bytes[15])"
+        }
+        return IPAddress.v6(Array(bytes[0..<8]) + [UInt8](repeating: 0, count: 8)).description + "/64"
     }
 }

@@ -26,11 +26,13 @@ public struct Jobs: Sendable {
     public let clock: JobClock
     let feed: any ChangeFeedStore
     let maintenance: any MaintenanceStore
+    let checkins: CheckinService?
 
     public init(
         installations: InstallationService, installationStore: any InstallationStore, deliveries: any DeliveryStore,
         maintenance: any MaintenanceStore, feed: any ChangeFeedStore, transport: any DeliveryTransport,
-        policy: DeletionPolicy, freshness: Freshness, time: JobClock.Source, replicaClock: any Clock = SystemClock()
+        policy: DeletionPolicy, freshness: Freshness, time: JobClock.Source, replicaClock: any Clock = SystemClock(),
+        checkins: CheckinService? = nil
     ) {
         let clock = JobClock(time, store: maintenance, replica: replicaClock)
         delivery = DeliveryJob(store: deliveries, transport: transport, policy: policy, clock: clock)
@@ -40,6 +42,7 @@ public struct Jobs: Sendable {
         self.clock = clock
         self.feed = feed
         self.maintenance = maintenance
+        self.checkins = checkins
     }
 
     /// Runs every job once, in dependency order (expiry creates deliveries, deliveries complete deletions, purge
@@ -76,6 +79,9 @@ public struct Jobs: Sendable {
             return (outcome.attempted, outcome.failed)
         }
         await step("purge", runs: destructive) { (try await purge.run(), 0) }
+        if let checkins {
+            await step("purge-checkins", runs: destructive) { (try await checkins.purgeUnused(now: try await clock.now()), 0) }
+        }
         await step("relay") { (try await relayEvents(), 0) }
         return report
     }

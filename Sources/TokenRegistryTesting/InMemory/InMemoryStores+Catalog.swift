@@ -152,12 +152,27 @@ extension InMemoryStores: ServiceAccountStore {
     public func account(clientEmail: String) async throws -> ServiceAccount? {
         serviceAccounts.values.first { $0.clientEmail == clientEmail }
     }
+
+    public func accounts(projectID: String) async throws -> [ServiceAccount] {
+        serviceAccounts.values.filter { $0.projectID == projectID }.sorted { ($0.createdAt, $0.keyID) < ($1.createdAt, $1.keyID) }
+    }
+
+    public func revoke(keyID: String, at: Date) async throws -> Bool {
+        guard let a = serviceAccounts[keyID], a.revokedAt == nil else { return false }
+        serviceAccounts[keyID] = ServiceAccount(
+            projectID: a.projectID, keyID: a.keyID, clientEmail: a.clientEmail, publicKeyPEM: a.publicKeyPEM,
+            tokenURI: a.tokenURI, createdAt: a.createdAt, revokedAt: at)
+        return true
+    }
 }
 
 // MARK: - Check-ins
 
 extension InMemoryStores: CheckinStore {
-    public func insert(_ checkin: StoredCheckin, at: Date) async throws { checkins[checkin.androidID] = checkin }
+    public func insert(_ checkin: StoredCheckin, at: Date) async throws {
+        checkins[checkin.androidID] = checkin
+        checkinSeen[checkin.androidID] = at
+    }
 
     public func checkin(androidID: UInt64) async throws -> StoredCheckin? {
         guard let stored = checkins[androidID] else { return nil }
@@ -170,7 +185,22 @@ extension InMemoryStores: CheckinStore {
         return stored
     }
 
-    public func touch(androidID: UInt64, at: Date) async throws {}
+    public func touch(androidID: UInt64, at: Date) async throws {
+        if checkins[androidID] != nil { checkinSeen[androidID] = at }
+    }
+
+    public func purgeUnused(before cutoff: Date, limit: Int) async throws -> Int {
+        let unused = checkins.keys.filter { id in
+            let stored = checkins[id]
+            return stored?.fid == nil && (checkinSeen[id] ?? .distantPast) < cutoff
+                && !gcmTokens.keys.contains { $0.hasPrefix("\(id)\u{0}") }
+        }.sorted { (checkinSeen[$0] ?? .distantPast) < (checkinSeen[$1] ?? .distantPast) }.prefix(limit)
+        for id in unused {
+            checkins[id] = nil
+            checkinSeen[id] = nil
+        }
+        return unused.count
+    }
 
     public func bind(androidID: UInt64, projectID: String, fid: String) async throws -> Bool {
         guard let current = try await checkin(androidID: androidID),
@@ -181,11 +211,15 @@ extension InMemoryStores: CheckinStore {
         return true
     }
 
-    public func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date) async throws
-        -> String
-    {
+    public func gcmToken(
+        androidID: UInt64, app: String, subtype: String, candidate: String, at: Date, limit: Int
+    ) async throws -> String {
         let key = "\(androidID)\u{0}\(app)\u{0}\(subtype)"
         if let token = gcmTokens[key] { return token }
+        guard gcmTokens.keys.filter({ $0.hasPrefix("\(androidID)\u{0}") }).count < limit else {
+            throw RegistryError(
+                .resourceExhausted, "a check-in may hold at most \(limit) registrations", field: "subtype")
+        }
         gcmTokens[key] = candidate
         return candidate
     }

@@ -70,6 +70,7 @@ public actor InMemoryStores {
     var secrets: [String: [UInt8]] = [:]
     var serviceAccounts: [String: ServiceAccount] = [:]
     var checkins: [UInt64: StoredCheckin] = [:]
+    var checkinSeen: [UInt64: Date] = [:]
     var gcmTokens: [String: String] = [:]
     var jobRuns: [String: RegistryGauges.JobRun] = [:]
     var counters: [String: RegistryGauges.ServiceCounters] = [:]
