@@ -227,7 +227,7 @@ public struct Endpoint: Sendable, Equatable {
     }
 
     /// RFC 3986's unreserved, sub-delims and `: @ / ? [ ] #` (gen-delims), as bytes.
-    static func isURLByte(_ c: UInt8) -> Bool {
+    public static func isURLByte(_ c: UInt8) -> Bool {
         if (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) { return true }
         return "-._~!$&'()*+,;=:@/?[]#".utf8.contains(c)
     }

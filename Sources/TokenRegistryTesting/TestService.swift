@@ -133,10 +133,12 @@ public struct TestService: Sendable {
     public var serverHeaders: [String: String] { ["Authorization": "Bearer \(serverKey)"] }
 
     /// Creates an installation through the FIS route, as the JS SDK does.
-    public func createInstallation(app: App? = nil, fid: String? = nil) async throws -> CreatedInstallationReply {
+    public func createInstallation(project: Project? = nil, app: App? = nil, fid: String? = nil) async throws
+        -> CreatedInstallationReply
+    {
         let app = app ?? web
         let reply = try await request(
-            "POST", "/v1/projects/\(project.id)/installations", headers: ["x-goog-api-key": app.apiKey],
+            "POST", "/v1/projects/\((project ?? self.project).id)/installations", headers: ["x-goog-api-key": app.apiKey],
             json: [
                 "fid": fid.map { .string($0) } ?? .string(""), "authVersion": "FIS_v2",
                 "appId": .string(app.id), "sdkVersion": "w:0.6.24",

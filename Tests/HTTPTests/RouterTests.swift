@@ -24,6 +24,27 @@ struct RouterTests {
         return nil
     }
 
+    /// A percent-encoded control character (NUL, CR, LF, any C0, DEL) in any segment never reaches a handler.
+    @Test func percentEncodedControlsAreABadPath() {
+        var router = Router<Int>()
+        router.add("POST", "/v1/projects/{project}/linkedServices/{name}:rotateSecret", 1)
+        router.add("GET", "/v1/{a}", 2)
+        for byte in Array(0...0x1f) + [0x7f] {
+            let escape = "%" + String(format: "%02X", byte)
+            for path in ["/v1/projects/p/linkedServices/crm\(escape):rotateSecret", "/v1/\(escape)x", "/v1/a\(escape)"] {
+                let method = path.hasSuffix(":rotateSecret") ? "POST" : "GET"
+                guard case .badPath = router.match(method: method, path: path) else {
+                    Issue.record("\(path) was not refused")
+                    continue
+                }
+            }
+        }
+        guard case .found = router.match(method: "GET", path: "/v1/a%20b") else {
+            Issue.record("a printable escape is still a parameter")
+            return
+        }
+    }
+
     @Test func customVerbsAndParams() {
         #expect(name("POST", "/v1/projects/p/installations/f/authTokens:generate") == "generate")
         #expect(name("POST", "/v1/projects/p/installations/") == "create")

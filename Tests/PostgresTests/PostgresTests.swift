@@ -23,6 +23,33 @@ struct PostgresTests {
         }
     }
 
+    /// A parameter holding NUL is refused before anything is sent, wherever the NUL is, in a statement alone, a
+    /// pipeline or a transaction: libpq would cut it there and the statement would run on another value
+    /// (`crm\0x` matching the row `crm`). Nothing is written, and the connection stays usable.
+    @Test func aParameterHoldingNULIsRefusedNeverCut() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url))
+            try await pool.query("CREATE TABLE named (name text PRIMARY KEY)")
+            try await pool.query("INSERT INTO named VALUES ('crm')")
+            for value in ["\u{0}", "crm\u{0}", "crm\u{0}x", "\u{0}crm", "c\u{0}r\u{0}m"] {
+                await #expect(throws: PostgresError.self) {
+                    try await pool.query("UPDATE named SET name = 'cut' WHERE name = \(value)")
+                }
+                await #expect(throws: PostgresError.self) {
+                    try await pool.withTransaction { c in
+                        try await c.query("INSERT INTO named VALUES ('in-transaction')")
+                        try await c.query("SELECT \(value)::text AS v")
+                    }
+                }
+                let error = try await pool.withConnection { c in try await c.pipeline(["SELECT 1", "SELECT \(value)::text"]) }
+                guard case let .failure(refused) = error[1] else { Issue.record("\(value.debugDescription) ran"); continue }
+                #expect(refused.sqlState == "22021")
+            }
+            let names = try await pool.query("SELECT name FROM named ORDER BY name").map { try $0.require("name", as: String.self) }
+            #expect(names == ["crm"])
+        }
+    }
+
     /// Dates are bound as Julian days (``Date/postgresText``): PostgreSQL must read each as the same microsecond.
     @Test func datesAreReadByPostgreSQLToTheMicrosecond() async throws {
         try await withDatabase { url in
