@@ -12,7 +12,7 @@ let package = Package(
     products: [
         .executable(name: "token-registry", targets: ["token-registry"]),
         // For the libFuzzer targets (fuzz/Package.swift), which build these with coverage instrumentation.
-        .library(name: "TokenRegistryParsers", targets: ["HTTP", "JSON", "Crypto", "Registry"]),
+        .library(name: "TokenRegistryParsers", targets: ["HTTP", "JSON", "Crypto", "Registry", "API"]),
     ],
     targets: [
         // System libraries: Debian -dev packages wrapped as modules.

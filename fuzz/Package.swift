@@ -20,5 +20,17 @@ let package = Package(
         .executableTarget(
             name: "FuzzJWT",
             dependencies: ["FuzzSupport", .product(name: "TokenRegistryParsers", package: "TokenRegistry")]),
+        .executableTarget(
+            name: "FuzzSignature",
+            dependencies: ["FuzzSupport", .product(name: "TokenRegistryParsers", package: "TokenRegistry")]),
+        .executableTarget(
+            name: "FuzzAssertion",
+            dependencies: ["FuzzSupport", .product(name: "TokenRegistryParsers", package: "TokenRegistry")]),
+        .executableTarget(
+            name: "FuzzForm",
+            dependencies: ["FuzzSupport", .product(name: "TokenRegistryParsers", package: "TokenRegistry")]),
+        .executableTarget(
+            name: "FuzzProtobuf",
+            dependencies: ["FuzzSupport", .product(name: "TokenRegistryParsers", package: "TokenRegistry")]),
     ]
 )

@@ -12,7 +12,7 @@ export SWIFT_BACKTRACE=enable=no
 seconds=${1:-30}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(FuzzHTTP FuzzJSON FuzzCondition FuzzJWT)
+[ ${#targets[@]} -eq 0 ] && targets=(FuzzHTTP FuzzJSON FuzzCondition FuzzJWT FuzzSignature FuzzAssertion FuzzForm FuzzProtobuf)
 # SwiftPM renames `main`; lld (in the toolchain) links libFuzzer where the system's gold gives up.
 artifacts=.build/fuzz-artifacts
 mkdir -p "$artifacts"

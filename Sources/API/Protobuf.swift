@@ -1,19 +1,20 @@
 /// The few protocol-buffer wire-format operations the GCM check-in needs (`AndroidCheckinRequest` in,
 /// `AndroidCheckinResponse` out), by hand: varints, fixed64 and length-delimited fields (proto2 wire format).
-enum Protobuf {
-    enum Value: Equatable {
+/// Public for the fuzz target (`fuzz/Sources/FuzzProtobuf`), which reads what any client may send.
+public enum Protobuf {
+    public enum Value: Equatable, Sendable {
         case varint(UInt64)
         case fixed64(UInt64)
         case bytes([UInt8])
         case fixed32(UInt32)
     }
 
-    struct DecodeError: Error {}
+    public struct DecodeError: Error {}
 
     /// The top-level fields of `bytes`, in order.
     ///
     /// - Throws: ``DecodeError`` for truncated or malformed input (the caller answers 400).
-    static func fields(_ bytes: [UInt8]) throws -> [(number: Int, value: Value)] {
+    public static func fields(_ bytes: [UInt8]) throws -> [(number: Int, value: Value)] {
         var index = 0
         var fields: [(Int, Value)] = []
         func varint() throws -> UInt64 {
@@ -54,8 +55,10 @@ enum Protobuf {
     }
 
     /// Encodes fields in order.
-    struct Writer {
-        private(set) var bytes: [UInt8] = []
+    public struct Writer {
+        public private(set) var bytes: [UInt8] = []
+
+        public init() {}
 
         private mutating func varint(_ value: UInt64) {
             var rest = value
@@ -66,20 +69,27 @@ enum Protobuf {
             bytes.append(UInt8(rest))
         }
 
-        mutating func varint(_ number: Int, _ value: UInt64) {
+        public mutating func varint(_ number: Int, _ value: UInt64) {
             varint(UInt64(number) << 3)
             varint(value)
         }
 
-        mutating func fixed64(_ number: Int, _ value: UInt64) {
+        public mutating func fixed64(_ number: Int, _ value: UInt64) {
             varint(UInt64(number) << 3 | 1)
             for i in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(8 * i))) }
         }
 
-        mutating func string(_ number: Int, _ value: String) {
+        public mutating func fixed32(_ number: Int, _ value: UInt32) {
+            varint(UInt64(number) << 3 | 5)
+            for i in 0..<4 { bytes.append(UInt8(truncatingIfNeeded: value >> UInt32(8 * i))) }
+        }
+
+        public mutating func string(_ number: Int, _ value: String) { self.bytes(number, Array(value.utf8)) }
+
+        public mutating func bytes(_ number: Int, _ value: [UInt8]) {
             varint(UInt64(number) << 3 | 2)
-            varint(UInt64(value.utf8.count))
-            bytes += Array(value.utf8)
+            varint(UInt64(value.count))
+            bytes += value
         }
     }
 }
