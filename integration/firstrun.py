@@ -66,6 +66,7 @@ def scenario(name, binary, checkout, user, data_dir_hint, clusters):
     data_dir = data_dir_hint(text)
     clusters.append(data_dir)
     check(f"{name}: PostgreSQL runs for this checkout", bool(data_dir) and postgres_running(data_dir), text[-800:])
+    owner_only(name, data_dir, user)
     if user is None:
         check(f"{name}: under a private parent the cluster moves where postgres can reach it, and says so",
               data_dir.startswith("/var/lib/token-registry/") and "cannot reach" in text, data_dir)
@@ -95,6 +96,35 @@ def scenario(name, binary, checkout, user, data_dir_hint, clusters):
     third.send_signal(signal.SIGTERM)
     check(f"{name}: SIGTERM exits 0 after adopting", third.wait(timeout=30) == 0)
     check(f"{name}: the adopted cluster is stopped; nothing is left running", not postgres_running(data_dir))
+
+
+def owner_only(name, data_dir, user):
+    """The embedded cluster admits its owner only: no `trust` in pg_hba.conf, private directories, and another local
+    account cannot connect (before, any local user was the database superuser)."""
+    cluster = os.path.dirname(data_dir)
+    socket_dir = os.path.join(cluster, "socket")
+    with open(os.path.join(data_dir, "pg_hba.conf")) as f:
+        rules = [line.split() for line in f if line.strip() and not line.lstrip().startswith("#")]
+    check(f"{name}: pg_hba.conf has no trust rule (peer, TCP rejected)",
+          rules and all("trust" not in rule for rule in rules) and any("peer" in rule for rule in rules), str(rules))
+    modes = {d: oct(os.stat(d).st_mode & 0o777) for d in (cluster, socket_dir, data_dir)}
+    check(f"{name}: the cluster's, socket's and data directories are 0700", set(modes.values()) == {"0o700"},
+          str(modes))
+    conninfo = f"host={socket_dir} port=5432 dbname=postgres user=postgres connect_timeout=5"
+    # Root reaches any socket: refused by peer authentication (not in the owner's map) for a user's cluster. Nobody
+    # is refused by the directory's mode already for root's (run by postgres).
+    stranger = "root" if user else "nobody"
+    command = ["psql", conninfo, "-Atc", "SELECT 1"]
+    if stranger != "root":
+        command = ["setpriv", f"--reuid={stranger}", f"--regid=nogroup", "--clear-groups", "--"] + command
+    other = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    check(f"{name}: another local account ({stranger}) cannot connect", other.returncode != 0 and "1" != other.stdout.strip(),
+          other.stdout + other.stderr)
+    owner = ["psql", conninfo, "-Atc", "SELECT 1"]
+    if user:
+        owner = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"] + owner
+    mine = subprocess.run(owner, capture_output=True, text=True, timeout=30)
+    check(f"{name}: its owner can", mine.returncode == 0 and mine.stdout.strip() == "1", mine.stdout + mine.stderr)
 
 
 def readme_command(name, checkout, user, clusters):

@@ -160,6 +160,14 @@ public final class Application: Sendable {
             while !Task.isCancelled {
                 do {
                     let report = try await jobs.run()
+                    metrics.record(report)
+                    for (job, error) in report.failed.sorted(by: { $0.key < $1.key }) {
+                        logger.warning("job failed", [("job", .string(job)), ("error", .string(String(error.prefix(500))))])
+                    }
+                    for (job, count) in report.unitFailures.sorted(by: { $0.key < $1.key }) {
+                        logger.warning(
+                            "job units failed", [("job", .string(job)), ("count", .number(String(count)))])
+                    }
                     for (job, reason) in report.skipped.sorted(by: { $0.key < $1.key }) {
                         logger.warning(
                             "job skipped",

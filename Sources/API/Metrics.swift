@@ -1,3 +1,4 @@
+import Registry
 import Synchronization
 
 /// Request counters and a latency histogram per route template, rendered as Prometheus text.
@@ -25,6 +26,9 @@ public final class Metrics: Sendable {
     private struct State {
         var requests: [Key: Int] = [:]
         var latency: [String: Histogram] = [:]
+        /// By job name (a closed set): units failed on their own rows, and runs in which the job failed whole.
+        var jobUnitFailures: [String: Int] = [:]
+        var jobFailures: [String: Int] = [:]
     }
 
     private let state = Mutex(State())
@@ -37,6 +41,14 @@ public final class Metrics: Sendable {
             s.requests[Key(method: method, route: route, status: status), default: 0] += 1
             // In place: a copy taken out of the dictionary and written back copied its counts on every request.
             s.latency[route, default: Histogram()].record(seconds)
+        }
+    }
+
+    /// Counts what a jobs run of this replica could not do.
+    public func record(_ report: JobReport) {
+        state.withLock { s in
+            for (job, count) in report.unitFailures { s.jobUnitFailures[job, default: 0] += count }
+            for job in report.failed.keys { s.jobFailures[job, default: 0] += 1 }
         }
     }
 
@@ -61,6 +73,16 @@ public final class Metrics: Sendable {
             out += "http_request_duration_seconds_bucket{route=\"\(label)\",le=\"+Inf\"} \(h.count)\n"
             out += "http_request_duration_seconds_sum{route=\"\(label)\"} \(h.sum)\n"
             out += "http_request_duration_seconds_count{route=\"\(label)\"} \(h.count)\n"
+        }
+        out += "# HELP registry_job_unit_failures_total Units (a delivery, an installation to expire) a job failed on "
+        out += "their own rows while it went on, by job (this replica).\n# TYPE registry_job_unit_failures_total counter\n"
+        for (job, count) in snapshot.jobUnitFailures.sorted(by: { $0.key < $1.key }) {
+            out += "registry_job_unit_failures_total{job=\"\(job)\"} \(count)\n"
+        }
+        out += "# HELP registry_job_failures_total Jobs runs in which a job failed as a whole, by job (this replica).\n"
+        out += "# TYPE registry_job_failures_total counter\n"
+        for (job, count) in snapshot.jobFailures.sorted(by: { $0.key < $1.key }) {
+            out += "registry_job_failures_total{job=\"\(job)\"} \(count)\n"
         }
         for line in extra { out += line + "\n" }
         return out

@@ -97,6 +97,15 @@ struct Database: Sendable {
     }
 }
 
+extension PostgresConnection {
+    /// Refuses with `.resourceExhausted` (naming `field`) when `count` answers `limit` or more. Run it after taking
+    /// the row lock that serialises the writers being counted, in the same transaction, so two cannot both pass.
+    func requireRoom(_ count: PostgresQuery, limit: Int, field: String, _ message: String) async throws {
+        let held: Int = try await query(count).first?.require("n") ?? 0
+        guard held < limit else { throw RegistryError(.resourceExhausted, message, field: field) }
+    }
+}
+
 extension PostgresRow {
     /// A column holding one of a closed vocabulary; a value outside it is a corrupt row, not a default.
     func require<Value: RawRepresentable>(_ column: String, as type: Value.Type) throws -> Value

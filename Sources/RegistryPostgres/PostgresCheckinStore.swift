@@ -56,13 +56,9 @@ struct PostgresCheckinStore: CheckinStore {
             ).first?.require("token") {
                 return existing
             }
-            let held: Int = try await c.query(
-                "SELECT count(*)::int AS n FROM gcm_registrations WHERE android_id = \(id)"
-            ).first?.require("n") ?? 0
-            guard held < limit else {
-                throw RegistryError(
-                    .resourceExhausted, "a check-in may hold at most \(limit) registrations", field: "subtype")
-            }
+            try await c.requireRoom(
+                "SELECT count(*)::int AS n FROM gcm_registrations WHERE android_id = \(id)", limit: limit,
+                field: "subtype", "a check-in may hold at most \(limit) registrations")
             try await c.query(
                 """
                 INSERT INTO gcm_registrations (android_id, app, subtype, token, created_at)
