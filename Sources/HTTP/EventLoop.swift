@@ -271,6 +271,8 @@ public final class EventLoop: @unchecked Sendable {
                 return
             case .expectContinue:
                 enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8), on: connection, now: now)
+                // A failed send closed it (and its descriptor may be another connection's by now).
+                guard connections[connection.fd] === connection else { return }
             case let .request(request):
                 connection.requestStarted = nil
                 connection.inFlight = true
@@ -394,14 +396,16 @@ public final class EventLoop: @unchecked Sendable {
 
     private func updateInterest(_ connection: HTTPConnection) {
         guard connections[connection.fd] === connection else { return }
-        var wanted: UInt32 = EPOLLRDHUP.rawValue
+        // RDHUP only with IN: level-triggered, a half-close reported while reading is paused (backpressure, a request
+        // in flight after the peer closed) would wake the loop at once, again and again, with nothing it handles.
+        var wanted: UInt32 = 0
         // Stop reading while the input waiting to be parsed, or the answers waiting to be sent, are at their bound:
         // the kernel's buffers then fill and TCP holds the client back.
         let backPressure =
             (connection.parser.bufferedBytes > 4 * 1024 * 1024
                 || connection.pendingOutput >= core.configuration.maxPendingOutputBytes)
             && connection.lingerDeadline == nil
-        if !connection.peerClosed && !backPressure { wanted |= EPOLLIN.rawValue }
+        if !connection.peerClosed && !backPressure { wanted |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
         if connection.hasPendingOutput { wanted |= EPOLLOUT.rawValue }
         if wanted != connection.interest {
             connection.interest = wanted

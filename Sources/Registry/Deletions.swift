@@ -285,10 +285,11 @@ public struct DeletionService: Sendable {
     public func rotateSecretAsService(projectID: String, name: String, signature: String, body: [UInt8])
         async throws -> (secret: String, previousUntil: Date)?
     {
-        guard DeletionService.isValidServiceName(name),
-            let keys = try await store.linkedServiceSecrets(projectID: projectID, name: name, at: clock.now())
-        else { return nil }
-        let current = keys.secrets.prefix(1).map(\.secret)
+        // No such service answers as a bad signature does: a stranger learns nothing of which services exist.
+        let keys =
+            DeletionService.isValidServiceName(name)
+            ? try await store.linkedServiceSecrets(projectID: projectID, name: name, at: clock.now()) : nil
+        let current = keys?.secrets.prefix(1).map(\.secret) ?? []
         guard
             WebhookSignature.verify(
                 header: signature, secrets: current, body: body, now: DeletionService.wallClockSeconds(),

@@ -47,8 +47,13 @@ struct PostgresCheckinStore: CheckinStore {
     {
         guard let id = Int64(exactly: androidID) else { throw RegistryError(.notFound, "unknown check-in") }
         return try await db.transaction { c in
-            // Under the check-in's row lock, so concurrent registrations of one check-in count one after another.
-            try await c.query("SELECT 1 FROM checkins WHERE android_id = \(id) FOR NO KEY UPDATE")
+            // Under the check-in's row lock, so concurrent registrations of one check-in count one after another; the
+            // use counts as seen, so a purge waiting on the lock finds the check-in in use and leaves it.
+            guard
+                try await c.query(
+                    "UPDATE checkins SET last_checkin_at = greatest(last_checkin_at, \(at)) WHERE android_id = \(id)"
+                ).affectedRows == 1
+            else { throw RegistryError(.unauthenticated, "unknown check-in credentials") }
             if let existing: String = try await c.query(
                 """
                 SELECT token FROM gcm_registrations WHERE android_id = \(id) AND app = \(app) AND subtype = \(subtype)
@@ -71,12 +76,15 @@ struct PostgresCheckinStore: CheckinStore {
     func purgeUnused(before cutoff: Date, limit: Int) async throws -> Int {
         try await db.query(
             """
-            DELETE FROM checkins WHERE android_id IN (
+            DELETE FROM checkins d WHERE d.android_id IN (
                 SELECT c.android_id FROM checkins c
                 WHERE c.fid IS NULL AND c.last_checkin_at < \(cutoff)
                   AND NOT EXISTS (SELECT 1 FROM gcm_registrations g WHERE g.android_id = c.android_id)
                 ORDER BY c.last_checkin_at LIMIT \(limit)
             )
+            -- Again on the row itself: re-checked on its newest version if a bind or a registration committed while
+            -- this waited on its lock (the subquery's snapshot would not see them).
+            AND d.fid IS NULL AND d.last_checkin_at < \(cutoff)
             """
         ).affectedRows
     }

@@ -17,6 +17,9 @@ struct PostgresDeletionStore: DeletionStore {
                 // Counted under the project's row lock (NO KEY UPDATE: the foreign-key checks of other writes of the
                 // project, which take KEY SHARE, do not wait), so two concurrent adds cannot both pass the limit.
                 try await c.query("SELECT 1 FROM projects WHERE project_id = \(projectID) FOR NO KEY UPDATE")
+                let taken = try await c.query(
+                    "SELECT 1 FROM linked_services WHERE project_id = \(projectID) AND name = \(service.name)")
+                guard taken.isEmpty else { return false }
                 try await c.requireRoom(
                     "SELECT count(*)::int AS n FROM linked_services WHERE project_id = \(projectID)", limit: limit,
                     field: "name", "a project may have at most \(limit) linked services")

@@ -6,7 +6,9 @@ import Registry
 struct PostgresDeliveryStore: DeliveryStore {
     let db: Database
 
-    func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int) async throws -> [ClaimedDelivery] {
+    func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int, excluding: Set<String>) async throws
+        -> [ClaimedDelivery]
+    {
         // Each project's most overdue deliveries, at most `perProject` of them (an index range scan a project, on
         // deletion_deliveries_project_due), then the most overdue of those across projects.
         let rows = try await db.query(
@@ -18,6 +20,7 @@ struct PostgresDeliveryStore: DeliveryStore {
                       AND d.next_attempt_at <= \(now)
                     ORDER BY d.next_attempt_at LIMIT \(perProject) FOR UPDATE SKIP LOCKED
                 ) x
+                WHERE p.project_id <> ALL(\(TextArray(excluding.sorted()))::text[])
                 ORDER BY x.next_attempt_at LIMIT \(limit)
             ), claimed AS (
                 UPDATE deletion_deliveries d SET next_attempt_at = \(leaseUntil), attempts = d.attempts + 1

@@ -101,7 +101,7 @@ struct PostgresInstallationStore: InstallationStore {
                     RETURNING id
                 )
                 INSERT INTO deletion_deliveries (deletion_id, project_id, service, delivery_id, next_attempt_at)
-                SELECT deletion.id, ls.project_id, ls.name, md5(random()::text || clock_timestamp()::text || ls.name),
+                SELECT deletion.id, ls.project_id, ls.name, gen_random_uuid()::text,
                     \(d.requestedAt)
                 FROM deletion, linked_services ls WHERE ls.project_id = \(d.projectID)
                 ON CONFLICT DO NOTHING

@@ -89,6 +89,12 @@ struct HostileInputTests {
         try await TestService.with { s in
             let other = try await s.addProject(id: "other-proj", number: 88_888)
             let stranger = try await s.createInstallation(project: other.project, app: other.app)
+            // The known project has the service the routes name; the unknown ones cannot.
+            #expect(
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/linkedServices", headers: s.serverHeaders,
+                    json: ["name": "crm", "endpoint": "https://crm.example/hook"]
+                ).status == 200)
             let fid = stranger.fid
             let credentials: [[String: String]] = [
                 [:], ["Authorization": "Bearer \(other.serverKey)"], ["Authorization": "Bearer trs_not-a-key"],

@@ -88,4 +88,33 @@ struct OutputBoundTests {
             #expect(server.pendingOutputBytes == 0)
         }
     }
+
+    /// The process's CPU time (user and system), in seconds.
+    static func cpuSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+            + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000_000
+    }
+
+    /// A client that half-closes while reading is paused (its answers pile up unread): the loop used to be woken at
+    /// once by the half-close, again and again, since it asked for it without reading (a spin of a whole core).
+    @Test func aHalfCloseWhileReadingIsPausedDoesNotSpinTheLoop() async throws {
+        try await withServer({ $0.writeTimeoutMillis = 5000 }) { server, port, answered in
+            let client = try RawHTTPClient(port: port, timeout: 10)
+            try await client.send(String(repeating: "GET /big HTTP/1.1\r\nHost: x\r\n\r\n", count: OutputBoundTests.requests))
+            var last = -1
+            for _ in 0..<50 where answered.value.load(ordering: .relaxed) != last {
+                last = answered.value.load(ordering: .relaxed)
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(server.pendingOutputBytes > 0)
+            client.shutdownWrite()
+            try await Task.sleep(for: .milliseconds(200))
+            let before = OutputBoundTests.cpuSeconds()
+            try await Task.sleep(for: .seconds(1))
+            let spent = OutputBoundTests.cpuSeconds() - before
+            #expect(spent < 0.4, "the process spent \(spent) s of CPU in a second while nothing happened")
+        }
+    }
 }

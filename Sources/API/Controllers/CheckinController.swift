@@ -151,16 +151,18 @@ struct CheckinController: Sendable {
     /// registration; without one (the GCM form of web-push receivers), a token per check-in, app and subtype.
     func registerToken(_ context: RequestContext) async throws -> HTTPResponse {
         do {
-            let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
             let form = try Self.form(context)
             if let token = context.header("x-goog-firebase-installations-auth")
                 ?? form("Goog-Firebase-Installations-Auth")
             {
+                let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
                 return try await registerInstallation(checkin: checkin, authToken: token, form: form)
             }
+            // The GCM form writes for a check-in alone: limited per address before anything is looked up.
+            if let limited = limit(context) { return limited }
+            let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
             guard let app = form("app"), let subtype = form("subtype") ?? form("sender"), !app.isEmpty, !subtype.isEmpty
             else { throw RegistryError.invalid("app", "app and X-subtype (or sender) are required") }
-            if let limited = limit(context) { return limited }
             if form.deletes {
                 let token = try await checkins.deleteGCMToken(checkin, app: app, subtype: subtype)
                 return Self.text(200, "deleted=\(token ?? subtype)")

@@ -23,13 +23,13 @@ public struct DeliveryJob: Sendable {
     /// - Returns: how many were attempted.
     public func run(batch: Int = 50) async throws -> Int { try await runBatch(batch).attempted }
 
-    /// Delivers up to `batch` due notices, at most ``DeletionPolicy/deliveriesPerProject`` of one project. One
-    /// delivery that fails never stops the others.
+    /// Delivers up to `batch` due notices, at most ``DeletionPolicy/deliveriesPerProject`` of one project, and waits
+    /// for them all. One delivery that fails never stops the others.
     public func runBatch(_ batch: Int = 50) async throws -> Outcome {
         let now = try await clock.now()
         let claimed = try await store.claimDue(
-            at: now, leaseUntil: now.addingTimeInterval(policy.lease), limit: batch,
-            perProject: max(1, policy.deliveriesPerProject))
+            at: now, leaseUntil: now.addingTimeInterval(policy.lease), limit: batch, perProject: perProject,
+            excluding: [])
         var outcome = Outcome(attempted: claimed.count)
         await withTaskGroup(of: Bool.self) { group in
             for (index, item) in claimed.enumerated() {
@@ -41,22 +41,55 @@ public struct DeliveryJob: Sendable {
         return outcome
     }
 
-    /// Delivers due notices batch after batch until none is left or the policy's ``DeletionPolicy/deliveryRunBudget``
-    /// has passed, so a burst of deletions is fanned out within the run instead of `batch` notices per jobs interval.
+    private var perProject: Int { max(1, policy.deliveriesPerProject) }
+
+    /// Delivers due notices until none is left or the policy's ``DeletionPolicy/deliveryRunBudget`` has passed, so a
+    /// burst of deletions is fanned out within the run instead of `batch` notices per jobs interval.
+    ///
+    /// A sliding window, not batches: ``parallelism`` notices in flight, and each that finishes makes room for the
+    /// next claim, so a slow endpoint holds only its own slot. A project has at most
+    /// ``DeletionPolicy/deliveriesPerProject`` in flight: one with notices in flight is left out of the next claims
+    /// until they finish, so one project's backlog, or its endpoints that never answer, cannot take the window.
     ///
     /// - Returns: how many were attempted, and how many of those failed on our side.
     public func drain(batch: Int = 50) async throws -> Outcome {
         let budget = Duration.milliseconds(Int64(policy.deliveryRunBudget * 1000))
         let started = ContinuousClock.now
         var total = Outcome()
-        while true {
-            let round = try await runBatch(batch)
-            total.attempted += round.attempted
-            total.failed += round.failed
-            // A claim smaller than the batch may be the per-project cap, not the end of the work: go on until a claim
-            // finds nothing due (claimed deliveries are leased or backed off, so the rounds end).
-            if round.attempted == 0 || ContinuousClock.now - started >= budget || Task.isCancelled { return total }
+        var inFlight: [String: Int] = [:]
+        var running = 0
+        var exhausted = false
+        // Whether a claim may find anything the last one did not: it filled its room, or a project left the window.
+        var mayFindMore = true
+        try await withThrowingTaskGroup(of: (project: String, delivered: Bool).self) { group in
+            while true {
+                let room = min(batch, DeliveryJob.parallelism) - running
+                if !exhausted, mayFindMore, room > 0, ContinuousClock.now - started < budget, !Task.isCancelled {
+                    let now = try await clock.now()
+                    let claimed = try await store.claimDue(
+                        at: now, leaseUntil: now.addingTimeInterval(policy.lease), limit: room, perProject: perProject,
+                        excluding: Set(inFlight.keys))
+                    // Nothing due outside the projects in flight: claim again only when one of them is done.
+                    if claimed.isEmpty && inFlight.isEmpty { exhausted = true }
+                    mayFindMore = claimed.count == room
+                    for item in claimed {
+                        inFlight[item.projectID, default: 0] += 1
+                        running += 1
+                        group.addTask { (item.projectID, await deliver(item)) }
+                    }
+                    total.attempted += claimed.count
+                }
+                guard running > 0, let finished = try await group.next() else { return }
+                running -= 1
+                if !finished.delivered { total.failed += 1 }
+                inFlight[finished.project, default: 1] -= 1
+                if inFlight[finished.project] == 0 {
+                    inFlight[finished.project] = nil
+                    mayFindMore = true
+                }
+            }
         }
+        return total
     }
 
     /// The notice's body, the same on every attempt (its `deliveryId` lets the service deduplicate).

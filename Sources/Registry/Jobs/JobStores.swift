@@ -55,8 +55,10 @@ public protocol DeliveryStore: Sendable {
     /// Claims up to `limit` pending deliveries due at `now`, at most `perProject` of any one project (the most overdue
     /// of each first, so one project's backlog never takes the whole batch), each leased until `leaseUntil` (another
     /// worker may retry it after that), and counts the attempt. A row that cannot be read is recorded with its error
-    /// and left out; a secret that does not open makes its delivery ``ClaimedDelivery/unsendable``.
-    func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int) async throws -> [ClaimedDelivery]
+    /// and left out; a secret that does not open makes its delivery ``ClaimedDelivery/unsendable``. Projects in
+    /// `excluding` (those with notices in flight already) are skipped.
+    func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int, excluding: Set<String>) async throws
+        -> [ClaimedDelivery]
     /// Records the attempt's outcome; an acknowledgement completes the deletion when it was the last.
     func record(_ delivery: ClaimedDelivery, outcome: DeliveryOutcome, at now: Date) async throws
 }

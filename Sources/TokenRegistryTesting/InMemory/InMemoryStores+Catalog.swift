@@ -190,9 +190,10 @@ extension InMemoryStores: CheckinStore {
     }
 
     public func purgeUnused(before cutoff: Date, limit: Int) async throws -> Int {
+        var unbound: Set<UInt64> = []
+        for id in checkins.keys where try await checkin(androidID: id)?.fid == nil { unbound.insert(id) }
         let unused = checkins.keys.filter { id in
-            let stored = checkins[id]
-            return stored?.fid == nil && (checkinSeen[id] ?? .distantPast) < cutoff
+            unbound.contains(id) && (checkinSeen[id] ?? .distantPast) < cutoff
                 && !gcmTokens.keys.contains { $0.hasPrefix("\(id)\u{0}") }
         }.sorted { (checkinSeen[$0] ?? .distantPast) < (checkinSeen[$1] ?? .distantPast) }.prefix(limit)
         for id in unused {
@@ -214,6 +215,10 @@ extension InMemoryStores: CheckinStore {
     public func gcmToken(
         androidID: UInt64, app: String, subtype: String, candidate: String, at: Date, limit: Int
     ) async throws -> String {
+        guard checkins[androidID] != nil else {
+            throw RegistryError(.unauthenticated, "unknown check-in credentials")
+        }
+        checkinSeen[androidID] = max(checkinSeen[androidID] ?? at, at)
         let key = "\(androidID)\u{0}\(app)\u{0}\(subtype)"
         if let token = gcmTokens[key] { return token }
         guard gcmTokens.keys.filter({ $0.hasPrefix("\(androidID)\u{0}") }).count < limit else {

@@ -105,6 +105,7 @@ extension InMemoryStores: DeletionStore {
         guard let deletion = deletions[id] else { return }
         deletions[id]?.deliveries[service]?.state = .acknowledged
         deletions[id]?.deliveries[service]?.acknowledgedAt = at
+        deletions[id]?.deliveries[service]?.lastError = nil
         deletions[id]?.deliveries[service]?.rekeyedByProjectAt =
             services[deletion.projectID]?[service]?.rekeyedByProjectAt
         completeIfDone(id, at: at)
@@ -114,12 +115,12 @@ extension InMemoryStores: DeletionStore {
 // MARK: - Deliveries, maintenance, the feed
 
 extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
-    public func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int) async throws
-        -> [ClaimedDelivery]
+    public func claimDue(at now: Date, leaseUntil: Date, limit: Int, perProject: Int, excluding: Set<String>)
+        async throws -> [ClaimedDelivery]
     {
         // As on PostgreSQL: each project's most overdue, at most `perProject`, then the most overdue of those.
         var due: [(projectID: String, id: Int64, name: String, at: Date)] = []
-        for (id, deletion) in deletions {
+        for (id, deletion) in deletions where !excluding.contains(deletion.projectID) {
             for (name, delivery) in deletion.deliveries where delivery.state == .pending && delivery.nextAttemptAt <= now {
                 due.append((deletion.projectID, id, name, delivery.nextAttemptAt))
             }
@@ -160,8 +161,10 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
             }
         case let .failed(reason, retryAt):
             failed = 1
-            deletions[item.deletionID]?.deliveries[item.service]?.lastError = reason
-            deletions[item.deletionID]?.deliveries[item.service]?.nextAttemptAt = retryAt
+            if deletions[item.deletionID]?.deliveries[item.service]?.state == .pending {
+                deletions[item.deletionID]?.deliveries[item.service]?.lastError = reason
+                deletions[item.deletionID]?.deliveries[item.service]?.nextAttemptAt = retryAt
+            }
         }
         counters[key] = RegistryGauges.ServiceCounters(
             projectID: item.projectID, service: item.service, attempts: (old?.attempts ?? 0) + 1,
