@@ -242,7 +242,10 @@ public final class Application: Sendable {
             response =
                 APIError.notFound("no route for \(request.method.prefix(32)) \(request.path.prefix(200))").response
         case let .badPath(reason):
-            response = APIError.invalid(reason).response
+            // The IID API answers in its own shape, a bad path too.
+            response =
+                request.path.hasPrefix("/iid/")
+                ? IIDController.error(400, "INVALID_ARGUMENT") : APIError.invalid(reason).response
         }
         return finish(response, request: request, requestID: requestID, template: template, started: started)
     }

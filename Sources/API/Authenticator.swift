@@ -17,11 +17,12 @@ public struct Authenticator: Sendable {
     /// answers a stranger with the same credentials: 403 for another project's valid API key or server key, 400 for
     /// an API key that is not one, 401 for a credential that is not valid. Whether a project exists is never told
     /// apart. (An SDK sends its API key first, so a misconfigured one gets 403 or 400, never the 404 that makes it
-    /// discard its FID.) A reference that is neither a project ID nor a number is a bad path (400).
+    /// discard its FID.) A reference that is neither a project ID nor a number names no project either: it is
+    /// answered the same way, and none of its bytes reach a store (the stand-in's ID is empty).
     public func project(_ context: RequestContext) async throws -> Project {
         let reference = context.parameter("project")
         guard Identifiers.isValidProjectID(reference) || Identifiers.isProjectNumber(reference) else {
-            throw APIError.invalid("project: must be a project ID (6-30 lower-case letters, digits, hyphens) or number")
+            return Project(id: "", number: -1)
         }
         return try await catalog.project(reference) ?? Project(id: reference, number: -1)
     }

@@ -130,7 +130,7 @@ struct DeletionsController: Sendable {
                 "an acknowledgement must carry Registry-Signature, made with the linked service's own secret")
         }
         let body = FieldReader(try context.jsonObject())
-        let deliveryID = try body.text("deliveryId", required: true, maxBytes: 64)!
+        let deliveryID = try body.text("deliveryId", required: true, maxBytes: 256)!
         try await deletions.acknowledge(
             projectID: project.id, fid: context.parameter("fid"), service: context.parameter("name"),
             deliveryID: deliveryID, signature: signature, body: context.request.body)
