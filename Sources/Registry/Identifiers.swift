@@ -43,9 +43,9 @@ public enum Identifiers {
         return bytes.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == UInt8(ascii: "-") }
     }
 
-    /// A project number as a path names it: 1 to 18 decimal digits.
+    /// A project number as a path names it: decimal digits that fit in an Int64.
     public static func isProjectNumber(_ text: String) -> Bool {
-        (1...18).contains(text.utf8.count) && text.utf8.allSatisfy { (48...57).contains($0) }
+        (1...19).contains(text.utf8.count) && text.utf8.allSatisfy { (48...57).contains($0) } && Int64(text) != nil
     }
 
     public static func isValidAPIKey(_ key: String) -> Bool {
