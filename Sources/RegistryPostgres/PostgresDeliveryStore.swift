@@ -45,7 +45,7 @@ struct PostgresDeliveryStore: DeliveryStore {
             }
         }
         for (id, service, error) in unreadable {
-            try? await db.query(
+            _ = try? await db.query(
                 """
                 UPDATE deletion_deliveries SET last_error = \(String(error.prefix(500)))
                 WHERE deletion_id = \(id) AND service = \(service)
