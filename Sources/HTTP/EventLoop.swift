@@ -203,11 +203,12 @@ public final class EventLoop: @unchecked Sendable {
             guard core.openConnections.load(ordering: .relaxed) < core.configuration.maxConnections,
                 core.admit(address)
             else {
+                // Counted before the answer goes out: a client that reads its 503 finds the refusal counted.
+                core.refusedConnections.add(1, ordering: .relaxed)
                 var refusal = core.errorResponse(503, "too many open connections").serialized(
                     version: .http1_1, keepAlive: false)
                 _ = send(fd, &refusal, refusal.count, Int32(MSG_NOSIGNAL))
                 close(fd)
-                core.refusedConnections.add(1, ordering: .relaxed)
                 continue
             }
             core.openConnections.add(1, ordering: .relaxed)
