@@ -67,7 +67,8 @@ struct HostileInputTests {
                 "UPDATE linked_services SET secret = 'enc1:not-a-sealed-secret' WHERE project_id = \(s.project.id)")
             let report = try await s.app.jobs.run()
             #expect(report.failed.isEmpty, "\(report.failed)")
-            #expect(report.unitFailures["deliver"] == 1)
+            // At least once: on a slow machine the drain outlasts the first back-off (about 1 s) and retries it.
+            #expect((report.unitFailures["deliver"] ?? 0) >= 1)
             #expect(report.processed["purge"] != nil)
             #expect(healthy.notices.count == 1 && healthy.notices.first?.signatureValid == true)
             #expect(broken.notices.isEmpty)
