@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import Synchronization
 
 /// A project: its ID and number (clients may name it by either).
 public struct Project: Sendable, Equatable {
@@ -62,16 +61,10 @@ public protocol CatalogStore: Sendable {
 public final class Catalog: Sendable {
     public static let cacheTTL: Double = 30
 
-    private struct Entry<Value: Sendable>: Sendable {
-        let value: Value?
-        /// Monotonic: a cache entry's age has nothing to do with the (injectable) domain clock.
-        let expires: ContinuousClock.Instant
-    }
-
     let store: any CatalogStore
-    private let projects = Mutex<[String: Entry<Project>]>([:])
-    private let apps = Mutex<[String: Entry<App>]>([:])
-    private let keys = Mutex<[[UInt8]: Entry<String>]>([:])
+    private let projects = TTLCache<String, Project>(capacity: 50_000)
+    private let apps = TTLCache<String, App>(capacity: 50_000)
+    private let keys = TTLCache<[UInt8], String>(capacity: 50_000)
 
     public init(store: any CatalogStore) { self.store = store }
 
@@ -161,7 +154,7 @@ public final class Catalog: Sendable {
     public func project(_ reference: String) async throws -> Project? {
         // A project ID's rule, or a project number: nothing else is looked up (or cached as an alias).
         guard Identifiers.isValidProjectID(reference) || Identifiers.isProjectNumber(reference) else { return nil }
-        if let hit = cached(projects, reference) { return hit.value }
+        if let hit = projects.lookup(reference) { return hit }
         let project = try await store.project(idOrNumber: reference)
         remember(projects, reference, project)
         return project
@@ -169,7 +162,7 @@ public final class Catalog: Sendable {
 
     public func app(id: String) async throws -> App? {
         guard id.utf8.count <= 128 else { return nil }
-        if let hit = cached(apps, "id:" + id) { return hit.value }
+        if let hit = apps.lookup("id:" + id) { return hit }
         let app = try await store.app(id: id)
         remember(apps, "id:" + id, app)
         return app
@@ -177,7 +170,7 @@ public final class Catalog: Sendable {
 
     public func app(apiKey: String) async throws -> App? {
         guard Identifiers.isValidAPIKey(apiKey) else { return nil }
-        if let hit = cached(apps, "key:" + apiKey) { return hit.value }
+        if let hit = apps.lookup("key:" + apiKey) { return hit }
         let app = try await store.app(apiKey: apiKey)
         remember(apps, "key:" + apiKey, app)
         return app
@@ -190,29 +183,14 @@ public final class Catalog: Sendable {
     public func projectID(serverKey: String) async throws -> String? {
         guard (1...256).contains(serverKey.utf8.count) else { return nil }
         let hash = SHA256.hash(serverKey)
-        if let hit = cached(keys, hash) { return hit.value }
+        if let hit = keys.lookup(hash) { return hit }
         let project = try await store.projectID(serverKeyHash: hash)
         remember(keys, hash, project)
         return project
     }
 
-    private func cached<K: Hashable & Sendable, V: Sendable>(_ cache: borrowing Mutex<[K: Entry<V>]>, _ key: K)
-        -> Entry<V>?
-    {
-        cache.withLock { entries in
-            guard let entry = entries[key] else { return nil }
-            return entry.expires > .now ? entry : nil
-        }
-    }
-
-    private func remember<K: Hashable & Sendable, V: Sendable>(
-        _ cache: borrowing Mutex<[K: Entry<V>]>, _ key: K, _ value: V?
-    ) {
+    private func remember<K: Hashable & Sendable, V: Sendable>(_ cache: TTLCache<K, V>, _ key: K, _ value: V?) {
         // Misses are cached for a shorter time so a newly created project shows up quickly.
-        let ttl = value == nil ? 2 : Catalog.cacheTTL
-        cache.withLock { entries in
-            if entries.count > 50_000 { entries.removeAll() }
-            entries[key] = Entry(value: value, expires: .now + .seconds(ttl))
-        }
+        cache.store(key, value, ttl: value == nil ? 2 : Catalog.cacheTTL)
     }
 }

@@ -143,7 +143,7 @@ public protocol DeletionStore: Sendable {
     /// Adds a service whose first secret the project holds, unless the project has `limit` services already.
     ///
     /// - Returns: false when the project already has a service of that name.
-    /// - Throws: `.resourceExhausted`-style `.failedPrecondition` when the project has `limit` services.
+    /// - Throws: `.resourceExhausted` when the project has `limit` services.
     func addLinkedService(projectID: String, service: LinkedService, secret: String, limit: Int) async throws -> Bool
     func linkedServices(projectID: String) async throws -> [LinkedService]
     /// Removes a service; its unconfirmed deliveries become `abandoned`, and a deletion left with none open
@@ -186,8 +186,8 @@ public struct DeletionPolicy: Sendable {
     public var endpoints = EndpointPolicy()
     /// Linked services a project may have.
     public var maxLinkedServices = 20
-    /// Deliveries of one project claimed at once (per claim, so per replica in flight): one project's backlog
-    /// never takes a run's whole batch.
+    /// Deliveries of one project in flight at once on a replica (and at most this many in one claim): one project's
+    /// backlog, or its endpoints that never answer, never take the delivery window.
     public var deliveriesPerProject = 4
 
     public init() {}
@@ -317,7 +317,7 @@ public struct DeletionService: Sendable {
     }
 
     /// The wall clock in whole seconds, as signatures carry it (the receiver checks them against its own).
-    static func wallClockSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
+    static func wallClockSeconds() -> Int64 { ClientNumbers.unixSeconds(Date()) }
 
     /// Removes a service; its open deliveries read `abandoned` (it will not confirm them).
     public func removeLinkedService(projectID: String, name: String) async throws -> Bool {
@@ -362,7 +362,8 @@ public struct DeletionService: Sendable {
         let now = clock.now()
         let purpose = WebhookSignature.Purpose.acknowledgement(
             project: projectID, fid: fid, service: service, deliveryID: deliveryID)
-        guard let signature, DeletionService.isValidServiceName(service), Identifiers.isPlainText(deliveryID),
+        guard let signature, DeletionService.isValidServiceName(service), Identifiers.isValidFID(fid),
+            Identifiers.isPlainText(deliveryID),
             let keys = try await store.linkedServiceSecrets(projectID: projectID, name: service, at: now),
             let signer = WebhookSignature.signer(
                 header: signature, secrets: keys.secrets.map(\.secret), body: body,

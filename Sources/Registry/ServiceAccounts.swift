@@ -1,7 +1,6 @@
 import Crypto
 import Foundation
 import JSON
-import Synchronization
 
 /// A service account of a project: what the registry keeps of it (never the private key).
 public struct ServiceAccount: Sendable, Equatable {
@@ -64,13 +63,7 @@ public struct ServiceAccountService: Sendable {
     let tokenKey: [UInt8]
     /// Whether each account seen lately is still in force, for at most ``revocationBound`` seconds (a revoked
     /// account's tokens stop within that bound on every replica, as a revoked server key's do).
-    private let active = ActiveAccounts()
-    private final class ActiveAccounts: Sendable {
-        let entries = Mutex<[String: (active: Bool, until: ContinuousClock.Instant)]>([:])
-        func withLock<T>(_ body: (inout [String: (active: Bool, until: ContinuousClock.Instant)]) -> T) -> T {
-            entries.withLock { body(&$0) }
-        }
-    }
+    private let active = TTLCache<String, Bool>(capacity: 10_000)
     public static let revocationBound: Double = 30
 
     public init(store: any ServiceAccountStore, clock: any Clock, tokenKey: [UInt8]) {
@@ -89,20 +82,16 @@ public struct ServiceAccountService: Sendable {
     public func revoke(keyID: String) async throws -> Bool {
         guard keyID.utf8.count <= 128, Identifiers.isPlainText(keyID) else { return false }
         let revoked = try await store.revoke(keyID: keyID, at: clock.now())
-        active.withLock { $0[keyID] = nil }
+        active.remove(keyID)
         return revoked
     }
 
     /// Whether the account is in force, cached for ``revocationBound``.
     private func isActive(keyID: String) async throws -> Bool {
-        let now = ContinuousClock.now
-        if let hit = active.withLock({ $0[keyID] }), hit.until > now { return hit.active }
+        if let hit = active.lookup(keyID), let inForce = hit { return inForce }
         let account = try await store.account(keyID: keyID)
         let inForce = account != nil && account?.revokedAt == nil
-        active.withLock { cache in
-            if cache.count >= 10_000 { cache.removeAll(keepingCapacity: true) }
-            cache[keyID] = (inForce, now + .seconds(ServiceAccountService.revocationBound))
-        }
+        active.store(keyID, inForce, ttl: ServiceAccountService.revocationBound)
         return inForce
     }
 

@@ -14,13 +14,15 @@ struct PostgresDeliveryStore: DeliveryStore {
         let rows = try await db.query(
             """
             WITH due AS (
-                SELECT x.deletion_id, x.service FROM projects p CROSS JOIN LATERAL (
+                SELECT x.deletion_id, x.service FROM (
+                    -- Projects with notices in flight are left out before their rows are looked at (or locked).
+                    SELECT project_id FROM projects WHERE project_id <> ALL(\(TextArray(excluding.sorted()))::text[])
+                ) p CROSS JOIN LATERAL (
                     SELECT d.deletion_id, d.service, d.next_attempt_at FROM deletion_deliveries d
                     WHERE d.project_id = p.project_id AND d.state = \(DeliveryState.pending.rawValue)
                       AND d.next_attempt_at <= \(now)
                     ORDER BY d.next_attempt_at LIMIT \(perProject) FOR UPDATE SKIP LOCKED
                 ) x
-                WHERE p.project_id <> ALL(\(TextArray(excluding.sorted()))::text[])
                 ORDER BY x.next_attempt_at LIMIT \(limit)
             ), claimed AS (
                 UPDATE deletion_deliveries d SET next_attempt_at = \(leaseUntil), attempts = d.attempts + 1

@@ -52,7 +52,7 @@ struct CheckinController: Sendable {
 
     /// 429 with `Retry-After` (and Google's `Error=` body) when the client's address is over its rate.
     private func limit(_ context: RequestContext) -> HTTPResponse? {
-        let address = ClientAddress.limiterKey(ClientAddress.of(context.request, trustedProxyHops: trustedProxyHops))
+        let address = ClientAddress.limiterKey(of: context.request, trustedProxyHops: trustedProxyHops)
         guard let wait = perAddress.acquire(address) else { return nil }
         var response = Self.text(429, "Error=RESOURCE_EXHAUSTED")
         response.headers.add(name: "retry-after", value: String(wait))

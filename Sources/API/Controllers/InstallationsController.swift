@@ -106,8 +106,7 @@ struct InstallationsController {
     /// The per-address limit first; the per-key bucket is charged only for requests that pass it, so one address
     /// flooding creates cannot starve every other device of the app.
     private func limit(_ context: RequestContext, apiKey: String) throws {
-        let address = ClientAddress.limiterKey(
-            ClientAddress.of(context.request, trustedProxyHops: createLimits.trustedProxyHops))
+        let address = ClientAddress.limiterKey(of: context.request, trustedProxyHops: createLimits.trustedProxyHops)
         if let wait = createLimits.perAddress.acquire(address) ?? createLimits.perKey.acquire(apiKey) {
             var error = APIError(429, "RESOURCE_EXHAUSTED", "too many installations created; retry after \(wait) s")
             error.headers.add(name: "retry-after", value: String(wait))
@@ -130,6 +129,11 @@ enum ClientAddress {
         guard entries.count >= trustedProxyHops else { return socket }
         let entry = entries[entries.count - trustedProxyHops]
         return entry.isEmpty || entry.utf8.count > 64 ? socket : entry
+    }
+
+    /// The key the request's client address counts under in a per-address limit (``limiterKey(_:)``).
+    static func limiterKey(of request: HTTPRequest, trustedProxyHops: Int) -> String {
+        limiterKey(of(request, trustedProxyHops: trustedProxyHops))
     }
 
     /// The key a per-address limit counts under: an IPv4 address as is (an IPv4-mapped IPv6 one as its IPv4), an

@@ -119,7 +119,7 @@ public struct DeliveryJob: Sendable {
             }
             let body = DeliveryJob.body(item)
             // The signature's time is the wall clock's: the receiver checks it against its own.
-            let timestamp = Int64(Date().timeIntervalSince1970)
+            let timestamp = DeletionService.wallClockSeconds()
             let headers = [
                 ("Content-Type", "application/json"),
                 ("Registry-Signature", WebhookSignature.header(secrets: item.secrets, timestamp: timestamp, body: body)),
