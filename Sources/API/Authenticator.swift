@@ -1,14 +1,20 @@
+import Crypto
 import HTTP
 import Registry
 
 /// Who is calling, for each of the principals (docs/architecture.md): an app (API key), an installation with its
 /// refresh token (`FIS_v2`), an installation with its auth token (`x-goog-firebase-installations-auth`), or an
 /// app backend (`Authorization: Bearer <server key>`, or the access token a service account got at `POST /token`).
-/// Every check also binds the caller to the path's project.
+/// Every check also binds the caller to the path's project. Routes do not call it: they declare a ``Principal``, which
+/// the pipeline resolves through it.
 public struct Authenticator: Sendable {
     let catalog: Catalog
     let installations: InstallationService
     let serviceAccounts: ServiceAccountService
+    let deletions: DeletionService
+    let checkins: CheckinService
+    /// When set, `/metrics` requires it as a bearer token.
+    let metricsToken: String?
 
     /// The project named in the path, by ID or number.
     ///
@@ -109,5 +115,50 @@ public struct Authenticator: Sendable {
         }
         if token.hasPrefix("FIS ") { token = String(token.dropFirst(4)) }
         return try await installations.authenticate(project: project, authToken: token)
+    }
+
+    /// Requires the metrics token as a bearer token, when the service has one.
+    func metrics(_ context: RequestContext) throws {
+        guard let metricsToken else { return }
+        let given = Authenticator.serverKey(context) ?? ""
+        guard ConstantTime.equals(SHA256.hash(given), SHA256.hash(metricsToken)) else {
+            var refused = APIError.unauthenticated("Authorization: Bearer <METRICS_TOKEN> is required")
+            refused.headers.add(name: "www-authenticate", value: "Bearer")
+            throw refused
+        }
+    }
+
+    /// The linked service `{name}` of the path's project, by a `Registry-Signature` for `purpose` (which may read the
+    /// body, and is made only once a signature is known to be there).
+    func service(
+        _ context: RequestContext,
+        purpose: (RequestContext, Project) throws -> WebhookSignature.Purpose
+    ) async throws -> ServiceCaller {
+        let project = try await project(context)
+        let name = context.parameter("name")
+        guard let signature = context.header("registry-signature") else {
+            throw APIError.unauthenticated(
+                "this request must carry Registry-Signature, made with the linked service's own secret")
+        }
+        let signed = try await deletions.authenticate(
+            projectID: project.id, service: name, signature: signature, body: context.request.body,
+            for: try purpose(context, project))
+        return ServiceCaller(project: project, signed: signed)
+    }
+
+    /// The check-in of `Authorization: AidLogin …`, and the installation of the auth token that came with it.
+    func checkin(_ context: RequestContext, withInstallation: Bool) async throws -> CheckinCaller {
+        let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
+        guard withInstallation,
+            let raw = context.header("x-goog-firebase-installations-auth")
+                ?? CheckinController.Form(context)?("Goog-Firebase-Installations-Auth")
+        else { return CheckinCaller(checkin: checkin, installation: nil) }
+        let token = raw.hasPrefix("FIS ") ? String(raw.dropFirst(4)) : raw
+        let claims = try await installations.tokens.verify(token)
+        guard let project = try await catalog.project(String(claims.projectNumber)) else {
+            throw RegistryError(.unauthenticated, "the auth token's project is unknown")
+        }
+        let installation = try await installations.authenticate(project: project, authToken: token)
+        return CheckinCaller(checkin: checkin, installation: InstallationCaller(project: project, installation: installation))
     }
 }

@@ -9,8 +9,6 @@ import Registry
 struct CORS: Sendable {
     let catalog: Catalog
     let installations: InstallationService
-    /// `"METHOD template"` of the routes browsers may call.
-    let browserRoutes: Set<String>
 
     /// The request headers the Firebase web SDKs send (and a few a browser or proxy adds).
     static let allowedHeaders = [
@@ -21,11 +19,9 @@ struct CORS: Sendable {
     /// How long a browser may cache a preflight answer.
     static let maxAgeSeconds = 3600
 
-    func isBrowserRoute(method: String, template: String) -> Bool { browserRoutes.contains("\(method) \(template)") }
-
-    /// The methods of `template` that browsers may call.
-    func browserMethods(template: String) -> [String] {
-        HTTPMethod.allCases.map(\.rawValue).filter { isBrowserRoute(method: $0, template: template) }
+    /// The methods of `template` that browsers may call (``Route/browser``).
+    static func browserMethods(template: String, router: Router<Route>) -> [String] {
+        router.handlersInOrder.filter { $0.browser && $0.template == template }.map(\.method)
     }
 
     /// Whether `origin` may call for `app`, or, when the app is not known, for any app of the project.
@@ -39,11 +35,11 @@ struct CORS: Sendable {
 
     /// Answers a preflight for a browser route; nil when the request is no preflight of one (it is then routed as
     /// usual, and an `OPTIONS` elsewhere answers 405 with no `Access-Control-*`).
-    func preflight(_ request: HTTPRequest, router: Router<RouteHandler>) async -> HTTPResponse? {
+    func preflight(_ request: HTTPRequest, router: Router<Route>) async -> HTTPResponse? {
         guard request.method == HTTPMethod.OPTIONS.rawValue, let origin = request.headers["origin"],
             let requested = request.headers["access-control-request-method"],
-            case let .found(_, parameters, template) = router.match(method: requested, path: request.path),
-            isBrowserRoute(method: requested, template: template)
+            case let .found(route, parameters, template) = router.match(method: requested, path: request.path),
+            route.browser
         else { return nil }
         guard await allows(origin: origin, project: parameters["project"], app: nil) else {
             return APIError.permissionDenied("origin \(origin.prefix(100)) may not call this service").response
@@ -52,7 +48,7 @@ struct CORS: Sendable {
         response.headers.add(name: "access-control-allow-origin", value: origin)
         response.headers.add(
             name: "access-control-allow-methods",
-            value: (browserMethods(template: template) + ["OPTIONS"]).joined(separator: ", "))
+            value: (CORS.browserMethods(template: template, router: router) + ["OPTIONS"]).joined(separator: ", "))
         response.headers.add(name: "access-control-allow-headers", value: CORS.allowedHeaders.joined(separator: ", "))
         response.headers.add(name: "access-control-max-age", value: String(CORS.maxAgeSeconds))
         response.headers.add(
@@ -61,11 +57,8 @@ struct CORS: Sendable {
     }
 
     /// Lets the calling page read the answer of a browser route, when its origin may call for the request's app.
-    func decorate(
-        _ response: inout HTTPResponse, request: HTTPRequest, template: String, parameters: [String: String]
-    ) async {
-        guard let origin = request.headers["origin"], isBrowserRoute(method: request.method, template: template)
-        else { return }
+    func decorate(_ response: inout HTTPResponse, request: HTTPRequest, parameters: [String: String]) async {
+        guard let origin = request.headers["origin"] else { return }
         response.headers.add(name: "vary", value: "Origin")
         // A server credential is never to be used from a page.
         if let authorization = request.headers["authorization"], authorization.lowercased().hasPrefix("bearer ") {

@@ -1,34 +1,95 @@
 import HTTP
+import Registry
 
-/// What a route runs: a request in, a response out; thrown errors become Google-style JSON via ``APIError``.
-public typealias RouteHandler = @Sendable (RequestContext) async throws -> HTTPResponse
+/// What a route runs once its principal is resolved: a request and its caller in, a response out; thrown errors are
+/// rendered in the route's ``ErrorShape``.
+public typealias RouteHandler<Caller> = @Sendable (RequestContext, Caller) async throws -> HTTPResponse
 
-/// What a route that never suspends runs (no database, no await); see ``Routes/addImmediate(_:_:_:)``.
-public typealias ImmediateRouteHandler = @Sendable (RequestContext) throws -> HTTPResponse
+/// How a route's failures are written: each API answers in its own clients' shape.
+public enum ErrorShape: Sendable {
+    /// Google's `{"error":{"code","message","status"}}` (``APIError``).
+    case google
+    /// The Instance ID API's `{"error":"<CODE>"}`.
+    case iid
+    /// The register API's plain-text `Error=<CODE>`.
+    case registerText
 
-/// The route table the controllers fill.
+    /// The answer to `error`.
+    func response(_ error: any Error) -> HTTPResponse {
+        switch self {
+        case .google: return APIError.from(error).response
+        case .iid:
+            let mapped = APIError.from(error)
+            var response = IIDController.error(mapped.status, mapped.canonical)
+            for (name, value) in mapped.headers { response.headers.add(name: name, value: value) }
+            return response
+        case .registerText: return CheckinController.failure(error)
+        }
+    }
+}
+
+/// One route of the table: where it is, who may call it, and what it runs.
+public struct Route: Sendable {
+    public let method: String
+    public let template: String
+    /// Who may call it (``Principal/credentials``).
+    public let credentials: [Credential]
+    /// Whether pages may call it (it answers CORS preflights; see ``CORS``).
+    public let browser: Bool
+    /// Whether the event loop answers it in place (``Routes/addImmediate(_:_:_:)``).
+    public let immediate: Bool
+    let errors: ErrorShape
+    /// Runs before the principal: an answer (a 429) stops the request there, before anything is looked up.
+    let admit: (@Sendable (RequestContext) -> HTTPResponse?)?
+    /// Resolves the principal, then runs the handler with it.
+    let run: @Sendable (Authenticator, RequestContext) async throws -> HTTPResponse
+    /// The handler of an immediate route, which needs no principal and never suspends.
+    let runImmediately: (@Sendable (RequestContext) throws -> HTTPResponse)?
+}
+
+/// The route table the controllers fill: every route with its principal.
 public struct Routes: Sendable {
-    public private(set) var router = Router<RouteHandler>()
-    /// `"METHOD template"` of the routes browsers call (they answer CORS preflights; see ``CORS``).
-    public private(set) var browserRoutes: Set<String> = []
-    /// The routes answered on the event loop, by method and literal path.
-    public private(set) var immediateRoutes: [(method: String, path: String, handler: ImmediateRouteHandler)] = []
+    private(set) var router = Router<Route>()
+    /// The immediate routes, by `"METHOD path"`.
+    private(set) var immediateRoutes: [String: Route] = [:]
 
-    /// Adds a route; `browser` marks one the web SDKs call from pages.
-    public mutating func add(
-        _ method: HTTPMethod, _ template: String, browser: Bool = false, _ handler: @escaping RouteHandler
+    public init() {}
+
+    /// Adds a route that `principal` may call; `handler` receives what the principal resolved to.
+    ///
+    /// - Parameters:
+    ///   - browser: pages may call it (the web SDKs' routes).
+    ///   - errors: the shape its failures are written in.
+    ///   - admit: runs first, before the principal is resolved: a response stops the request (a rate limit).
+    public mutating func add<Caller>(
+        _ method: HTTPMethod, _ template: String, _ principal: Principal<Caller>, browser: Bool = false,
+        errors: ErrorShape = .google, admit: (@Sendable (RequestContext) -> HTTPResponse?)? = nil,
+        _ handler: @escaping RouteHandler<Caller>
     ) {
-        router.add(method.rawValue, template, handler)
-        if browser { browserRoutes.insert("\(method.rawValue) \(template)") }
+        precondition(!principal.credentials.isEmpty, "a route declares who may call it: \(method) \(template)")
+        router.add(
+            method.rawValue, template,
+            Route(
+                method: method.rawValue, template: template, credentials: principal.credentials, browser: browser,
+                immediate: false, errors: errors, admit: admit,
+                run: { auth, context in try await handler(context, try await principal.resolve(auth, context)) },
+                runImmediately: nil))
     }
 
-    /// Adds a route, at a literal path, whose answer needs no suspension (no database, no await): the event loop
-    /// answers a request for that path (and a HEAD of it) in place, with no task (``HTTPImmediateHandler``). It is in
-    /// the router too, so the route table, CORS and the 405 for its other methods see it as any route.
-    public mutating func addImmediate(_ method: HTTPMethod, _ path: String, _ handler: @escaping ImmediateRouteHandler)
-    {
+    /// Adds a route anyone may call, at a literal path, whose answer needs no suspension (no database, no await): the
+    /// event loop answers a request for that path (and a HEAD of it) in place, with no task (``HTTPImmediateHandler``).
+    /// It is in the router too, so the route table, CORS and the 405 for its other methods see it as any route.
+    public mutating func addImmediate(
+        _ method: HTTPMethod, _ path: String, _ handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
+    ) {
         precondition(!path.contains("{"), "an immediate route's path is literal: \(path)")
-        router.add(method.rawValue, path) { try handler($0) }
-        immediateRoutes.append((method.rawValue, path, handler))
+        let route = Route(
+            method: method.rawValue, template: path, credentials: [.anyone], browser: false, immediate: true,
+            errors: .google, admit: nil, run: { _, context in try handler(context) }, runImmediately: handler)
+        router.add(method.rawValue, path, route)
+        immediateRoutes["\(method.rawValue) \(path)"] = route
     }
+
+    /// Every route, in registration order.
+    public var all: [Route] { router.handlersInOrder }
 }

@@ -6,6 +6,7 @@ import Glibc
 /// it, and closing. Loop-confined, as everything of ``EventLoop``'s connections.
 extension EventLoop {
     func enqueue(_ bytes: [UInt8], on connection: HTTPConnection, now: UInt64) {
+        assertOnLoop()
         if connection.outputOffset == connection.output.count {
             connection.output = bytes
             connection.outputOffset = 0
@@ -21,6 +22,7 @@ extension EventLoop {
     /// Sends what the connection has pending. `resume`: called because the socket became writable, so requests that
     /// waited behind the output bound (pipelined, already read) are processed once the output is below it.
     func flush(_ connection: HTTPConnection, now: UInt64, resume: Bool = false) {
+        assertOnLoop()
         while connection.hasPendingOutput {
             let n = connection.output.withUnsafeBytes { buffer in
                 send(
@@ -69,6 +71,7 @@ extension EventLoop {
     }
 
     func updateInterest(_ connection: HTTPConnection) {
+        assertOnLoop()
         guard connections[connection.fd] === connection else { return }
         // RDHUP only with IN: level-triggered, a half-close reported while reading is paused (backpressure, a request
         // in flight after the peer closed) would wake the loop at once, again and again, with nothing it handles.
@@ -88,6 +91,7 @@ extension EventLoop {
     }
 
     func closeConnection(_ connection: HTTPConnection) {
+        assertOnLoop()
         guard connections.removeValue(forKey: connection.fd) != nil else { return }
         core.pendingOutputBytes.subtract(connection.pendingOutput, ordering: .relaxed)
         connection.output = []

@@ -40,6 +40,7 @@ extension EventLoop: TaskExecutor, SerialExecutor {
     }
 
     func runJobs() {
+        assertOnLoop()
         // Bounded rounds, so a handler that keeps re-enqueueing cannot starve the sockets.
         // The queue and a spare array trade places under the lock: both keep their capacity, and neither is shared
         // when emptied, so taking a batch allocates nothing (copying the queue out made every batch a new buffer:

@@ -3,6 +3,7 @@ import Glibc
 extension EventLoop {
     /// Closes what overstayed: idle keep-alive connections, unread output, requests not received in time (408).
     func sweepTimeouts(now: UInt64) {
+        assertOnLoop()
         let configuration = core.configuration
         for connection in Array(connections.values) {
             if let deadline = connection.lingerDeadline {

@@ -32,9 +32,13 @@ extension EventLoop {
     }
 
     /// Stops watching `fd`, before it closes (its number may next be an HTTP connection's).
+    ///
+    /// Off the loop's thread it does nothing: the loop has stopped (its jobs run on a serial queue, as a database
+    /// connection's isolated deinit may), and cleared what it watched before any job could run there.
     public func forget(_ fd: Int32) {
+        guard isCurrent else { return }
         watchers[fd] = nil
-        guard watched.remove(fd) != nil, isCurrent else { return }
+        guard watched.remove(fd) != nil else { return }
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
     }
 }

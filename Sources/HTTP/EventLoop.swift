@@ -39,8 +39,10 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Loops are kept for the life of the process: tasks hold this executor unowned and may resume after shutdown.
     private static let retained = Mutex<[EventLoop]>([])
-    private let finished = Mutex(false)
-    private let releasedListener = Mutex(false)
+    /// Open once the loop's thread has stopped (``run()`` returned).
+    let finished = Gate()
+    /// Open once the loop stopped watching the shared listener (the server may then close it).
+    let releasedListener = Gate()
     private var nextID: UInt64 = 0
     var draining = false
     private var acceptPausedUntil: UInt64 = 0
@@ -66,10 +68,7 @@ public final class EventLoop: @unchecked Sendable {
         EventLoop.retained.withLock { $0.append(self) }
     }
 
-    var isFinished: Bool { finished.withLock { $0 } }
-
-    /// True once the loop stopped watching the shared listener (the server may then close it).
-    var hasReleasedListener: Bool { releasedListener.withLock { $0 } }
+    var isFinished: Bool { finished.isOpen }
 
     /// Sends a command to the loop from any thread.
     func post(_ command: Command) {
@@ -149,6 +148,26 @@ public final class EventLoop: @unchecked Sendable {
             }
             if draining && connections.isEmpty { running = false }
         }
+        stop()
+    }
+
+    /// The steps of a stop, in order (``stop()``); a test may pause at each (``stopHook``).
+    enum StopStep: Sendable {
+        /// Connections closed, listener released, epoll and eventfd closed; the loop's state is still its own.
+        case closed
+        /// The loop's own state is cleared and it no longer counts as current: jobs may now run elsewhere.
+        case handedOff
+    }
+
+    /// Called on the loop's thread at each step of its stop: tests force the interleavings of a stop with it.
+    nonisolated(unsafe) static var stopHook: (@Sendable (EventLoop, StopStep) -> Void)?
+
+    /// The end of ``run()``. Everything the loop's thread alone may touch (connections, watchers) is cleared *before*
+    /// any job can run elsewhere: a job that is left over, or arrives later, runs on ``afterStop`` and may call
+    /// ``forget(_:)`` or ``whenReady(_:writable:_:)`` (a database connection's isolated deinit does), which off the loop
+    /// never touch that state.
+    private func stop() {
+        assertOnLoop()
         for connection in Array(connections.values) { closeConnection(connection) }
         releaseListener()
         close(epollFD)
@@ -156,6 +175,11 @@ public final class EventLoop: @unchecked Sendable {
             close(fd)
             fd = -1
         }
+        EventLoop.stopHook?(self, .closed)
+        // Whoever waits on a socket re-checks it, now with poll(2) (``whenReady(_:writable:_:)`` off the loop).
+        let waiting = Array(watchers.values)
+        watchers.removeAll()
+        watched.removeAll()
         // Jobs still queued, and any that arrive from now on, run on a serial queue.
         let leftover = jobs.withLock { state -> [UnownedJob] in
             state.stopped = true
@@ -164,11 +188,15 @@ public final class EventLoop: @unchecked Sendable {
         }
         threadID.store(0, ordering: .relaxed)
         for job in leftover { afterStop.async { self.run(job) } }
-        // Whoever waits on a socket re-checks it, now with poll(2) (``whenReady(_:writable:_:)`` off the loop).
-        let waiting = watchers.values
-        watchers.removeAll()
+        EventLoop.stopHook?(self, .handedOff)
         for watcher in waiting { watcher() }
-        finished.withLock { $0 = true }
+        finished.open()
+    }
+
+    /// Traps, in debug builds, when called off the loop's thread: for what only the loop may touch.
+    @inline(__always)
+    func assertOnLoop(_ function: StaticString = #function) {
+        assert(isCurrent, "\(function) runs on its event loop's thread only")
     }
 
     /// Jobs or completions that the loop's own thread queued without a wake-up: the next `epoll_wait` must not sleep.
@@ -187,6 +215,7 @@ public final class EventLoop: @unchecked Sendable {
     // MARK: - Accept
 
     private func acceptAll(now: UInt64) {
+        assertOnLoop()
         while listenFD >= 0 {
             let accepted: (fd: Int32, remote: String)?
             do {
@@ -224,6 +253,7 @@ public final class EventLoop: @unchecked Sendable {
     // MARK: - Read, process, write
 
     private func onReadable(_ connection: HTTPConnection, now: UInt64) {
+        assertOnLoop()
         while true {
             let n = read(connection.fd, &readBuffer, readBuffer.count)
             if n > 0 {
@@ -255,6 +285,7 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Parses and dispatches buffered requests, one at a time.
     func process(_ connection: HTTPConnection, now: UInt64) {
+        assertOnLoop()
         while !connection.inFlight && !connection.closeAfterWrite
             && connection.pendingOutput < core.configuration.maxPendingOutputBytes
         {
@@ -293,6 +324,7 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func dispatch(_ request: HTTPRequest, on connection: HTTPConnection) {
+        assertOnLoop()
         var request = request
         request.remoteAddress = connection.remote
         let fd = connection.fd
@@ -310,6 +342,7 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func drainInbox(now: UInt64) {
+        assertOnLoop()
         let completions = inbox.withLock { items -> [Completion] in
             defer { items.removeAll() }; return items
         }
@@ -336,14 +369,16 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Stops watching the shared listener; the server closes it once every loop has let go.
     private func releaseListener() {
+        assertOnLoop()
         if listenFD >= 0 {
             _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, listenFD, nil)
             listenFD = -1
         }
-        releasedListener.withLock { $0 = true }
+        releasedListener.open()
     }
 
     private func beginDrain() {
+        assertOnLoop()
         guard !draining else { return }
         draining = true
         releaseListener()

@@ -207,19 +207,24 @@ public final class HTTPServer: Sendable {
         return first.port
     }
 
-    /// Stops accepting, lets in-flight requests finish and closes idle connections; after `drainTimeout` seconds,
-    /// closes whatever is left.
+    /// Stops accepting, lets in-flight requests finish and closes idle connections; after `drainTimeout` seconds, or
+    /// at once when the calling task is cancelled (a forced stop), closes whatever is left. Returns once every loop's
+    /// thread has stopped.
     public func shutdown(drainTimeout: Double = 10) async {
+        await shutdown(deadline: .now + .milliseconds(Int64(max(0, drainTimeout) * 1000)))
+    }
+
+    /// ``shutdown(drainTimeout:)`` with the drain ending at `deadline`.
+    public func shutdown(deadline: ContinuousClock.Instant) async {
         let all = loops.withLock { $0 }
         for loop in all { loop.post(.drain) }
-        while !all.allSatisfy(\.hasReleasedListener) { try? await Task.sleep(for: .milliseconds(5)) }
+        // Each loop lets go of the listener on its next turn; only then may it close (no loop may accept on a
+        // descriptor number that something else reuses).
+        for loop in all { await loop.releasedListener.waitUninterruptibly() }
         let fd = listener.exchange(-1, ordering: .relaxed)
         if fd >= 0 { close(fd) }
-        let deadline = Date().addingTimeInterval(drainTimeout)
-        while Date() < deadline, !all.allSatisfy(\.isFinished) {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
+        for loop in all { await loop.finished.wait(until: deadline) }
         for loop in all where !loop.isFinished { loop.post(.stop) }
-        while !all.allSatisfy(\.isFinished) { try? await Task.sleep(for: .milliseconds(10)) }
+        for loop in all { await loop.finished.waitUninterruptibly() }
     }
 }

@@ -24,6 +24,9 @@ public struct Router<Handler: Sendable>: Sendable {
     /// Every registered (method, template) pair, in registration order.
     public var registered: [(method: String, template: String)] { table.registered }
 
+    /// What each route carries, in registration order.
+    public var handlersInOrder: [Handler] { handlers }
+
     public mutating func add(_ method: String, _ template: String, _ handler: Handler) {
         table.add(method, template, index: handlers.count)
         handlers.append(handler)

@@ -276,34 +276,7 @@ public struct DeletionService: Sendable {
         return try await rotate(projectID: projectID, name: name, holder: .project)
     }
 
-    /// The linked service asks for a new secret, signing the request with its current one
-    /// (``WebhookSignature/Purpose/rotation(project:service:)``): the answer goes only to the service, so the new
-    /// secret is the service's alone and signs acknowledgements.
-    ///
-    /// - Returns: the new secret and until when the old one works; nil for no such service.
-    /// - Throws: `.unauthenticated` when the signature is missing, stale or not made with the current secret.
-    public func rotateSecretAsService(projectID: String, name: String, signature: String, body: [UInt8])
-        async throws -> (secret: String, previousUntil: Date)?
-    {
-        // No such service answers as a bad signature does: a stranger learns nothing of which services exist.
-        let keys =
-            DeletionService.isValidServiceName(name)
-            ? try await store.linkedServiceSecrets(projectID: projectID, name: name, at: clock.now()) : nil
-        let current = keys?.secrets.prefix(1).map(\.secret) ?? []
-        guard
-            WebhookSignature.verify(
-                header: signature, secrets: current, body: body, now: DeletionService.wallClockSeconds(),
-                for: .rotation(project: projectID, service: name))
-        else {
-            throw RegistryError(
-                .unauthenticated,
-                "a rotation must carry Registry-Signature: t=<unix seconds>,v1=<HMAC-SHA256 with the service's current secret of \"registry-rotate.v1\\n<t>\\n<project>\\n<service>\\n<body>\">, made within 5 minutes"
-            )
-        }
-        return try await rotate(projectID: projectID, name: name, holder: .service)
-    }
-
-    private func rotate(projectID: String, name: String, holder: SecretHolder) async throws -> (
+    func rotate(projectID: String, name: String, holder: SecretHolder) async throws -> (
         secret: String, previousUntil: Date
     )? {
         let secret = try DeletionService.newSecret()
@@ -343,51 +316,5 @@ public struct DeletionService: Sendable {
             projectID: projectID, state: state, at: now, afterID: afterID, limit: limit
         )
         .map { DeletionReceipt($0, at: now) }
-    }
-
-    /// A service confirms, after answering 202, that it deleted the installation's data. The confirmation is the
-    /// service's own word: signed for this very delivery (``WebhookSignature/Purpose/acknowledgement``) with a
-    /// secret the service holds alone, never a server key's, nor one a server-key call handed out.
-    ///
-    /// - Parameters:
-    ///   - deliveryID: the `deliveryId` of the notice it confirms.
-    ///   - signature: the request's `Registry-Signature` header.
-    ///   - body: the request's raw body, as signed.
-    /// - Throws: `.unauthenticated` when the signature is missing, stale or not the service's; `.permissionDenied`
-    ///   when it was made with a secret the project holds; `.notFound` when no such delivery is on record;
-    ///   `.failedPrecondition` when the delivery is closed another way (abandoned).
-    public func acknowledge(
-        projectID: String, fid: String, service: String, deliveryID: String, signature: String?, body: [UInt8]
-    ) async throws {
-        let now = clock.now()
-        let purpose = WebhookSignature.Purpose.acknowledgement(
-            project: projectID, fid: fid, service: service, deliveryID: deliveryID)
-        guard let signature, DeletionService.isValidServiceName(service), Identifiers.isValidFID(fid),
-            Identifiers.isPlainText(deliveryID),
-            let keys = try await store.linkedServiceSecrets(projectID: projectID, name: service, at: now),
-            let signer = WebhookSignature.signer(
-                header: signature, secrets: keys.secrets.map(\.secret), body: body,
-                now: DeletionService.wallClockSeconds(), for: purpose)
-        else {
-            throw RegistryError(
-                .unauthenticated,
-                "an acknowledgement must carry Registry-Signature: t=<unix seconds>,v1=<HMAC-SHA256 with the service's secret of \"registry-ack.v1\\n<t>\\n<project>\\n<fid>\\n<service>\\n<deliveryId>\\n<body>\">, made within 5 minutes"
-            )
-        }
-        guard keys.secrets[signer].holder == .service else {
-            throw RegistryError(
-                .permissionDenied,
-                "this secret was handed out through a server key; the service must first replace it with its own (POST …/linkedServices/\(service):rotateSecret, signed with it)"
-            )
-        }
-        switch try await store.acknowledge(
-            projectID: projectID, fid: fid, service: service, deliveryID: deliveryID, at: now)
-        {
-        case .acknowledged, .alreadyAcknowledged: return
-        case .notFound:
-            throw RegistryError(.notFound, "no delivery \(deliveryID.prefix(64)) of this deletion to \(service) is on record")
-        case let .closed(state):
-            throw RegistryError(.failedPrecondition, "the delivery is \(state.rawValue); an acknowledgement cannot reopen it")
-        }
     }
 }

@@ -68,9 +68,14 @@ public struct InstallationService: Sendable {
 
     /// Mints a new auth token for an installation that proved itself with its refresh token.
     public func generateAuthToken(project: Project, fid: String, refreshToken: String) async throws -> AuthToken {
-        let installation = try await authenticate(project: project, fid: fid, refreshToken: refreshToken)
+        try await generateAuthToken(
+            project: project, for: authenticate(project: project, fid: fid, refreshToken: refreshToken))
+    }
+
+    /// Mints a new auth token for `installation`, which proved itself (``authenticate(project:fid:refreshToken:)``).
+    public func generateAuthToken(project: Project, for installation: Installation) async throws -> AuthToken {
         try await noteActivity(installation)
-        return try await tokens.mint(appID: installation.appID, fid: fid, projectNumber: project.number)
+        return try await tokens.mint(appID: installation.appID, fid: installation.fid, projectNumber: project.number)
     }
 
     /// Records activity, writing only when the stored time is older than ``lastSeenResolution``.

@@ -47,8 +47,7 @@ public struct TestService: Sendable {
         try await PostgresRegistry.prepare(pool: pool, box: box)
         let app = try await Application.build(
             configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: clock,
-            logger: logger)
-        app.onStart { pool.loops.attach($0) }
+            logger: logger, pools: { pool.loops.attach($0) })
         let service = try await TestService.seed(
             app: app, pool: pool, box: box, conninfo: conninfo, number: 123_456_789_012, id: "demo-proj")
         do {
@@ -77,7 +76,7 @@ public struct TestService: Sendable {
             project: project, platform: .android, bundleID: "com.example.app", autoInitDefault: true)
         let consentFirst = try await app.catalog.createApp(
             project: project, platform: .web, bundleID: nil, autoInitDefault: false)
-        let port = try app.start()
+        let port = try await app.start()
         return TestService(
             app: app, port: port, conninfo: conninfo, pool: pool, box: box, project: project, serverKey: key, web: web,
             ios: ios,

@@ -36,19 +36,11 @@ enum Serve {
             let applied = try await database.migrate()
             if !applied.isEmpty { logger.info("migrations applied", [("versions", .array(applied.map { .int($0) }))]) }
             let app = try await database.application(configuration: configuration, logger: logger)
-            try app.start()
-            app.startJobs()
-
-            var received: Int32 = 0
-            for await number in signals {
-                received = number
-                break
-            }
+            // The first signal drains, a second one forces the stop (``ServiceGroup``).
+            try await app.run(until: signals)
             // The sources must live until here: released early, they are cancelled and the (ignored) signal is lost.
             // Cancelling them is a real use, which an optimised build cannot drop the way it drops `_ = sources`.
             for source in sources { source.cancel() }
-            logger.info("signal received; draining", [("signal", .int(received))])
-            await app.shutdown()
         }
         return 0
     }

@@ -141,15 +141,14 @@ struct Database {
             if readPool != nil {
                 logger.info("targeting reads go to the read replica (DATABASE_READ_URL), the primary when it is down")
             }
-            let app = try await Application.build(
+            return try await Application.build(
                 configuration: configuration, stores: PostgresRegistry.stores(pool: pool, box: box, readPool: readPool),
                 reads: readPool.map { PostgresRegistry.readStores(pool: $0, primary: pool, box: box) }, clock: clock,
-                logger: logger)
-            app.onStart { loops in
-                pool.loops.attach(loops)
-                readPool?.loops.attach(loops)
-            }
-            return app
+                logger: logger,
+                pools: { loops in
+                    pool.loops.attach(loops)
+                    readPool?.loops.attach(loops)
+                })
         } catch {
             pool.close()
             readPool?.close()

@@ -22,10 +22,10 @@ struct RequestIDTests {
     }
 
     @Test func aCallersIdIsKeptOnlyWhenItIsAShortVisibleToken() {
-        #expect(Application.requestID("abc-123") == "abc-123")
-        #expect(Application.requestID("has space") != "has space")
-        #expect(Application.requestID(String(repeating: "a", count: 65)).utf8.count == 16)
-        #expect(Application.requestID("").utf8.count == 16)
-        #expect(Application.requestID(nil).utf8.count == 16)
+        #expect(Responder.requestID("abc-123") == "abc-123")
+        #expect(Responder.requestID("has space") != "has space")
+        #expect(Responder.requestID(String(repeating: "a", count: 65)).utf8.count == 16)
+        #expect(Responder.requestID("").utf8.count == 16)
+        #expect(Responder.requestID(nil).utf8.count == 16)
     }
 }

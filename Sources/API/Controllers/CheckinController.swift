@@ -20,10 +20,17 @@ struct CheckinController: Sendable {
     let trustedProxyHops: Int
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/checkin", checkIn)
-        routes.add(.POST, "/register", registerToken)
-        routes.add(.POST, "/c2dm/register3", registerToken)
-        routes.add(.POST, "/iid/register", topic)
+        // A new device has no credential; a returning one proves itself with the identity in its body.
+        routes.add(.POST, "/checkin", .anyone, admit: { limit($0) }, checkIn)
+        // The GCM form (no installation auth token) writes for a check-in alone: limited per address before anything
+        // is looked up.
+        let gcmForm: @Sendable (RequestContext) -> HTTPResponse? = { context in
+            context.header("x-goog-firebase-installations-auth") == nil
+                && Form(context)?("Goog-Firebase-Installations-Auth") == nil ? limit(context) : nil
+        }
+        routes.add(.POST, "/register", .aidLoginWithInstallation, errors: .registerText, admit: gcmForm, registerToken)
+        routes.add(.POST, "/c2dm/register3", .aidLoginWithInstallation, errors: .registerText, admit: gcmForm, registerToken)
+        routes.add(.POST, "/iid/register", .aidLogin, errors: .registerText, topic)
     }
 
     static func text(_ status: Int, _ body: String) -> HTTPResponse {
@@ -62,8 +69,7 @@ struct CheckinController: Sendable {
     // MARK: - Check-in
 
     /// `POST /checkin`: JSON (iOS) or `application/x-protobuf` (GCM clients), answered in the same form.
-    func checkIn(_ context: RequestContext) async throws -> HTTPResponse {
-        if let limited = limit(context) { return limited }
+    func checkIn(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         let protobuf = context.header("content-type")?.lowercased().hasPrefix("application/x-protobuf") ?? false
         var androidID: UInt64?
         var securityToken: UInt64?
@@ -131,6 +137,14 @@ struct CheckinController: Sendable {
     struct Form {
         let items: [(name: String, value: String)]
 
+        /// The request's form, nil when its body is none (or too large to be one).
+        init?(_ context: RequestContext) {
+            guard let items = context.request.formItems, items.count <= 64,
+                items.allSatisfy({ $0.name.utf8.count <= 64 && $0.value.utf8.count <= 4096 })
+            else { return nil }
+            self.items = items
+        }
+
         func callAsFunction(_ name: String) -> String? {
             items.first { $0.name == name }?.value ?? items.first { $0.name == "X-" + name }?.value
         }
@@ -141,47 +155,33 @@ struct CheckinController: Sendable {
     }
 
     static func form(_ context: RequestContext) throws -> Form {
-        guard let items = context.request.formItems, items.count <= 64,
-            items.allSatisfy({ $0.name.utf8.count <= 64 && $0.value.utf8.count <= 4096 })
-        else { throw RegistryError.invalid("body", "must be a form of at most 64 fields") }
-        return Form(items: items)
+        guard let form = Form(context) else {
+            throw RegistryError.invalid("body", "must be a form of at most 64 fields")
+        }
+        return form
     }
 
     /// `POST /register` and `POST /c2dm/register3`. With an installation auth token (iOS), the installation's own
     /// registration; without one (the GCM form of web-push receivers), a token per check-in, app and subtype.
-    func registerToken(_ context: RequestContext) async throws -> HTTPResponse {
-        do {
-            let form = try Self.form(context)
-            if let token = context.header("x-goog-firebase-installations-auth")
-                ?? form("Goog-Firebase-Installations-Auth")
-            {
-                let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
-                return try await registerInstallation(checkin: checkin, authToken: token, form: form)
-            }
-            // The GCM form writes for a check-in alone: limited per address before anything is looked up.
-            if let limited = limit(context) { return limited }
-            let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
-            guard let app = form("app"), let subtype = form("subtype") ?? form("sender"), !app.isEmpty, !subtype.isEmpty
-            else { throw RegistryError.invalid("app", "app and X-subtype (or sender) are required") }
-            if form.deletes {
-                let token = try await checkins.deleteGCMToken(checkin, app: app, subtype: subtype)
-                return Self.text(200, "deleted=\(token ?? subtype)")
-            }
-            return Self.text(200, "token=\(try await checkins.gcmToken(checkin, app: app, subtype: subtype))")
-        } catch {
-            return Self.failure(error)
+    func registerToken(_ context: RequestContext, _ caller: CheckinCaller) async throws -> HTTPResponse {
+        let form = try Self.form(context)
+        let checkin = caller.checkin
+        if let installation = caller.installation {
+            return try await registerInstallation(checkin: checkin, installation, form: form)
         }
+        guard let app = form("app"), let subtype = form("subtype") ?? form("sender"), !app.isEmpty, !subtype.isEmpty
+        else { throw RegistryError.invalid("app", "app and X-subtype (or sender) are required") }
+        if form.deletes {
+            let token = try await checkins.deleteGCMToken(checkin, app: app, subtype: subtype)
+            return Self.text(200, "deleted=\(token ?? subtype)")
+        }
+        return Self.text(200, "token=\(try await checkins.gcmToken(checkin, app: app, subtype: subtype))")
     }
 
-    private func registerInstallation(checkin: StoredCheckin, authToken: String, form: Form) async throws
+    private func registerInstallation(checkin: StoredCheckin, _ caller: InstallationCaller, form: Form) async throws
         -> HTTPResponse
     {
-        let raw = authToken.hasPrefix("FIS ") ? String(authToken.dropFirst(4)) : authToken
-        let claims = try await installations.tokens.verify(raw)
-        guard let project = try await catalog.project(String(claims.projectNumber)) else {
-            throw RegistryError(.unauthenticated, "the auth token's project is unknown")
-        }
-        let installation = try await installations.authenticate(project: project, authToken: raw)
+        let (project, installation) = (caller.project, caller.installation)
         if let appid = form("appid"), appid != installation.fid {
             throw RegistryError.invalid("appid", "must be the FID of the installation auth token")
         }
@@ -220,29 +220,27 @@ struct CheckinController: Sendable {
 
     /// `POST /iid/register`: `sender=<token>&X-gcm.topic=/topics/<t>[&delete=true]`, for the installation the
     /// check-in registered.
-    func topic(_ context: RequestContext) async throws -> HTTPResponse {
+    func topic(_ context: RequestContext, _ caller: CheckinCaller) async throws -> HTTPResponse {
+        let checkin = caller.checkin
+        let form = try Self.form(context)
+        guard let token = form("sender"), let raw = form("gcm.topic") ?? form("scope") else {
+            throw RegistryError.invalid("sender", "sender and X-gcm.topic are required")
+        }
+        let topic = try TopicService.name(raw, field: "X-gcm.topic")
+        guard let projectID = checkin.projectID, let fid = checkin.fid,
+            let project = try await catalog.project(projectID),
+            let registration = try await registrations.find(project: project, tokenOrFID: token),
+            registration.fid == fid
+        else { throw RegistryError(.permissionDenied, "the token is not this check-in's installation's") }
         do {
-            let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
-            let form = try Self.form(context)
-            guard let token = form("sender"), let raw = form("gcm.topic") ?? form("scope") else {
-                throw RegistryError.invalid("sender", "sender and X-gcm.topic are required")
-            }
-            let topic = try TopicService.name(raw, field: "X-gcm.topic")
-            guard let projectID = checkin.projectID, let fid = checkin.fid,
-                let project = try await catalog.project(projectID),
-                let registration = try await registrations.find(project: project, tokenOrFID: token),
-                registration.fid == fid
-            else { throw RegistryError(.permissionDenied, "the token is not this check-in's installation's") }
             if form.deletes {
                 _ = try await topics.unsubscribe(project: project, fids: [fid], topic: topic)
             } else {
                 _ = try await topics.subscribe(project: project, fid: fid, topic: topic)
             }
-            return Self.text(200, "token=\(token)")
         } catch let error as RegistryError where error == TopicService.tooManyTopics {
             return Self.text(400, "Error=TOO_MANY_TOPICS")
-        } catch {
-            return Self.failure(error)
         }
+        return Self.text(200, "token=\(token)")
     }
 }

@@ -6,35 +6,38 @@ import Registry
 /// The consent ledger: `PUT`/`GET /v1/projects/{project}/installations/{fid}/consent`, by the installation
 /// itself (its auth token) or by the app's backend (server key).
 struct ConsentController {
-    let auth: Authenticator
     let installations: InstallationService
     let consent: ConsentService
 
+    /// The installation itself (its auth token, for its own `{fid}`) or the app's backend (a bearer credential).
+    static let principal: Principal<OneOf<ServerCaller, InstallationCaller>> = .either(
+        .serverKey, when: { $0.hasBearer }, otherwise: .installationToken(owning: "fid"))
+
     func register(_ routes: inout Routes) {
-        routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/consent", browser: true, put)
-        routes.add(.GET, "/v1/projects/{project}/installations/{fid}/consent", browser: true, get)
+        routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/consent", Self.principal, browser: true, put)
+        routes.add(.GET, "/v1/projects/{project}/installations/{fid}/consent", Self.principal, browser: true, get)
     }
 
-    /// The installation the request may act on, and who is acting.
-    private func subject(_ context: RequestContext) async throws -> (Installation, ConsentActor) {
-        let project = try await auth.project(context)
-        let fid = context.parameter("fid")
-        if auth.hasServerKey(context) {
-            try await auth.server(context, project: project)
-            guard let installation = try await installations.find(project: project, fid: fid) else {
+    /// The installation the request acts on, and who is acting.
+    private func subject(_ context: RequestContext, _ caller: OneOf<ServerCaller, InstallationCaller>) async throws
+        -> (Installation, ConsentActor)
+    {
+        switch caller {
+        case let .first(server):
+            let fid = context.parameter("fid")
+            guard let installation = try await installations.find(project: server.project, fid: fid) else {
                 throw APIError.notFound("installation \(fid.prefix(64)) not found")
             }
             return (installation, .server)
+        case let .second(client):
+            return (client.installation, .installation)
         }
-        let installation = try await auth.installation(context, project: project)
-        guard installation.fid == fid else {
-            throw APIError.permissionDenied("the auth token belongs to another installation")
-        }
-        return (installation, .installation)
     }
 
-    func put(_ context: RequestContext) async throws -> HTTPResponse {
-        let (installation, actor) = try await subject(context)
+    func put(_ context: RequestContext, _ caller: OneOf<ServerCaller, InstallationCaller>) async throws
+        -> HTTPResponse
+    {
+        let (installation, actor) = try await subject(context, caller)
         let body = FieldReader(try context.jsonObject())
         let granted = try body.bool("autoInitEnabled", required: true)!
         let purpose = try body.string("purpose", maxBytes: 64) ?? ConsentService.messaging
@@ -53,8 +56,10 @@ struct ConsentController {
         return .json(json)
     }
 
-    func get(_ context: RequestContext) async throws -> HTTPResponse {
-        let (installation, _) = try await subject(context)
+    func get(_ context: RequestContext, _ caller: OneOf<ServerCaller, InstallationCaller>) async throws
+        -> HTTPResponse
+    {
+        let (installation, _) = try await subject(context, caller)
         switch context.request.query("view") {
         case nil, "current":
             let states = try await consent.current(installation: installation)

@@ -5,26 +5,34 @@ import Registry
 
 /// Linked services, deletion receipts, asynchronous acknowledgements and the change feed (server key).
 struct DeletionsController: Sendable {
-    let auth: Authenticator
     let deletions: DeletionService
     let feed: ChangeFeed
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/v1/projects/{project}/linkedServices", createService)
-        routes.add(.GET, "/v1/projects/{project}/linkedServices", listServices)
-        routes.add(.GET, "/v1/projects/{project}/linkedServices/{name}", getService)
-        routes.add(.DELETE, "/v1/projects/{project}/linkedServices/{name}", deleteService)
-        routes.add(.POST, "/v1/projects/{project}/linkedServices/{name}:rotateSecret", rotateSecret)
-        routes.add(.GET, "/v1/projects/{project}/deletions", listDeletions)
-        routes.add(.GET, "/v1/projects/{project}/deletions/{fid}", getDeletion)
-        routes.add(.POST, "/v1/projects/{project}/deletions/{fid}/acks/{name}", acknowledge)
-        routes.add(.GET, "/v1/projects/{project}/events", events)
-    }
-
-    private func project(_ context: RequestContext) async throws -> Project {
-        let project = try await auth.project(context)
-        try await auth.server(context, project: project)
-        return project
+        routes.add(.POST, "/v1/projects/{project}/linkedServices", .serverKey, createService)
+        routes.add(.GET, "/v1/projects/{project}/linkedServices", .serverKey, listServices)
+        routes.add(.GET, "/v1/projects/{project}/linkedServices/{name}", .serverKey, getService)
+        routes.add(.DELETE, "/v1/projects/{project}/linkedServices/{name}", .serverKey, deleteService)
+        // Signed by the service itself, or asked with a server key (the project replaces a lost secret).
+        routes.add(
+            .POST, "/v1/projects/{project}/linkedServices/{name}:rotateSecret",
+            .either(
+                .registrySignature { context, project in
+                    .rotation(project: project.id, service: context.parameter("name"))
+                }, when: { $0.hasSignature }, otherwise: .serverKey),
+            rotateSecret)
+        routes.add(.GET, "/v1/projects/{project}/deletions", .serverKey, listDeletions)
+        routes.add(.GET, "/v1/projects/{project}/deletions/{fid}", .serverKey, getDeletion)
+        // Signed for the very delivery it confirms: `{"deliveryId": "<the notice's deliveryId>"}`.
+        routes.add(
+            .POST, "/v1/projects/{project}/deletions/{fid}/acks/{name}",
+            .registrySignature { context, project in
+                let body = FieldReader(try context.jsonObject())
+                return .acknowledgement(
+                    project: project.id, fid: context.parameter("fid"), service: context.parameter("name"),
+                    deliveryID: try body.text("deliveryId", required: true, maxBytes: 256)!)
+            }, acknowledge)
+        routes.add(.GET, "/v1/projects/{project}/events", .serverKey, events)
     }
 
     static func json(_ service: LinkedService) -> JSONValue {
@@ -34,8 +42,8 @@ struct DeletionsController: Sendable {
         ]
     }
 
-    func createService(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
+    func createService(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         let body = FieldReader(try context.jsonObject())
         let name = try body.string("name", required: true, maxBytes: 63)!
         let endpoint = try body.text("endpoint", required: true, maxBytes: 2048)!
@@ -46,16 +54,16 @@ struct DeletionsController: Sendable {
         return .json(.object(members))
     }
 
-    func listServices(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
+    func listServices(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         return .json([
             "linkedServices": .array(
                 try await deletions.linkedServices(projectID: project.id).map(DeletionsController.json))
         ])
     }
 
-    func getService(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
+    func getService(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         guard
             let service = try await deletions.linkedServices(projectID: project.id).first(where: {
                 $0.name == context.parameter("name")
@@ -66,8 +74,8 @@ struct DeletionsController: Sendable {
         return .json(DeletionsController.json(service))
     }
 
-    func deleteService(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
+    func deleteService(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         guard try await deletions.removeLinkedService(projectID: project.id, name: context.parameter("name")) else {
             throw APIError.notFound("linked service \(context.parameter("name").prefix(64)) not found")
         }
@@ -92,16 +100,16 @@ struct DeletionsController: Sendable {
         ]
     }
 
-    func getDeletion(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
+    func getDeletion(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         guard let receipt = try await deletions.receipt(projectID: project.id, fid: context.parameter("fid")) else {
             throw APIError.notFound("no deletion of \(context.parameter("fid").prefix(64)) is on record")
         }
         return .json(DeletionsController.json(receipt))
     }
 
-    func listDeletions(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
+    func listDeletions(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         guard let state = ReceiptState(rawValue: context.request.query("state") ?? ReceiptState.pending.rawValue) else {
             throw APIError.invalid("state: must be pending, overdue or done")
         }
@@ -120,20 +128,11 @@ struct DeletionsController: Sendable {
         return .json(.object(members))
     }
 
-    /// The linked service's own confirmation of one delivery: `{"deliveryId": "<the notice's deliveryId>"}`, signed
-    /// for that delivery (``WebhookSignature/Purpose/acknowledgement``) with a secret the service asked for itself.
-    /// A server key does not count.
-    func acknowledge(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        guard let signature = context.header("registry-signature") else {
-            throw APIError.unauthenticated(
-                "an acknowledgement must carry Registry-Signature, made with the linked service's own secret")
-        }
-        let body = FieldReader(try context.jsonObject())
-        let deliveryID = try body.text("deliveryId", required: true, maxBytes: 256)!
-        try await deletions.acknowledge(
-            projectID: project.id, fid: context.parameter("fid"), service: context.parameter("name"),
-            deliveryID: deliveryID, signature: signature, body: context.request.body)
+    /// The linked service's own confirmation of one delivery, signed for that delivery
+    /// (``WebhookSignature/Purpose/acknowledgement``) with a secret the service asked for itself. A server key does
+    /// not count.
+    func acknowledge(_ context: RequestContext, _ caller: ServiceCaller) async throws -> HTTPResponse {
+        try await deletions.acknowledge(caller.signed)
         return .json([:])
     }
 
@@ -143,16 +142,18 @@ struct DeletionsController: Sendable {
     /// the new secret is the service's alone and signs acknowledgements. Asked with a server key (the project replaces
     /// a lost secret), the project knows it: acknowledgements need the service's own rotation again, and the service's
     /// receipt entries say when the project re-keyed it.
-    func rotateSecret(_ context: RequestContext) async throws -> HTTPResponse {
+    func rotateSecret(_ context: RequestContext, _ caller: OneOf<ServiceCaller, ServerCaller>) async throws
+        -> HTTPResponse
+    {
         let name = context.parameter("name")
         let project: Project
         let rotated: (secret: String, previousUntil: Date)?
-        if let signature = context.header("registry-signature") {
-            project = try await auth.project(context)
-            rotated = try await deletions.rotateSecretAsService(
-                projectID: project.id, name: name, signature: signature, body: context.request.body)
-        } else {
-            project = try await self.project(context)
+        switch caller {
+        case let .first(service):
+            project = service.project
+            rotated = try await deletions.rotateSecret(service.signed)
+        case let .second(server):
+            project = server.project
             rotated = try await deletions.rotateSecret(projectID: project.id, name: name)
         }
         guard let (secret, until) = rotated,
@@ -164,8 +165,8 @@ struct DeletionsController: Sendable {
     }
 
     /// `GET /v1/projects/{project}/events?after=<cursor>&waitSeconds=<0..30>`: long-polls until events arrive.
-    func events(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await project(context)
+    func events(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         var cursor: Int64 = 0
         if let text = context.request.query("after"), !text.isEmpty {
             guard let value = Int64(text), value >= 0 else {

@@ -7,7 +7,6 @@ import Registry
 /// The Instance ID server API (`iid.googleapis.com`), as firebase-admin's `*_legacy` topic functions and the Node
 /// admin SDK call it. The project comes from the server key. Errors use IID's own shape, `{"error":"<CODE>"}`.
 struct IIDController: Sendable {
-    let auth: Authenticator
     let catalog: Catalog
     let registrations: RegistrationService
     let topics: TopicService
@@ -17,12 +16,14 @@ struct IIDController: Sendable {
     static let maxImport = 100
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/iid/v1:batchAdd", batchAdd)
-        routes.add(.POST, "/iid/v1:batchRemove", batchRemove)
-        routes.add(.POST, "/iid/v1:batchImport", batchImport)
-        routes.add(.POST, "/iid/v1/{token}/rel/topics/{topic}", addRelation)
-        routes.add(.DELETE, "/iid/v1/{token}/rel/topics/{topic}", removeRelation)
-        routes.add(.GET, "/iid/info/{token}", info)
+        // Every failure in IID's own shape, including malformed JSON; an unavailable database stays a 503.
+        let key = Principal.serverKeyOfAnyProject
+        routes.add(.POST, "/iid/v1:batchAdd", key, errors: .iid, batchAdd)
+        routes.add(.POST, "/iid/v1:batchRemove", key, errors: .iid, batchRemove)
+        routes.add(.POST, "/iid/v1:batchImport", key, errors: .iid, batchImport)
+        routes.add(.POST, "/iid/v1/{token}/rel/topics/{topic}", key, errors: .iid, addRelation)
+        routes.add(.DELETE, "/iid/v1/{token}/rel/topics/{topic}", key, errors: .iid, removeRelation)
+        routes.add(.GET, "/iid/info/{token}", key, errors: .iid, info)
     }
 
     static func error(_ status: Int, _ code: String) -> HTTPResponse { .json(["error": .string(code)], status: status) }
@@ -34,24 +35,6 @@ struct IIDController: Sendable {
         case .tooManyTopics?: return "TOO_MANY_TOPICS"
         case .noConsent?: return "FAILED_PRECONDITION"
         case .notFound?, nil: return "NOT_FOUND"
-        }
-    }
-
-    /// Runs `body` for the server key's project, mapping every failure to IID's error shape.
-    private func iid(_ context: RequestContext, _ body: (Project) async throws -> HTTPResponse) async throws
-        -> HTTPResponse
-    {
-        do {
-            guard let project = try await auth.serverKeyProject(context) else {
-                return IIDController.error(401, "UNAUTHENTICATED")
-            }
-            return try await body(project)
-        } catch {
-            // Every failure in IID's own shape, including malformed JSON; an unavailable database stays a 503.
-            let mapped = APIError.from(error)
-            var response = IIDController.error(mapped.status, mapped.canonical)
-            for (name, value) in mapped.headers { response.headers.add(name: name, value: value) }
-            return response
         }
     }
 
@@ -81,35 +64,33 @@ struct IIDController: Sendable {
         }
     }
 
-    func batchAdd(_ context: RequestContext) async throws -> HTTPResponse {
-        try await iid(context) { project in
-            let (topic, tokens) = try batchBody(context)
-            let resolved = try await resolve(tokens, project: project)
-            let fids = resolved.compactMap { try? $0.get() }
-            let outcome = try await topics.subscribe(project: project, fids: fids, topic: topic)
-            let results: [JSONValue] = resolved.map { entry in
-                switch entry {
-                case let .failure(f): return ["error": .string(f.code)]
-                case let .success(fid):
-                    return IIDController.itemError(outcome[fid]).map { ["error": .string($0)] } ?? [:]
-                }
+    func batchAdd(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
+        let (topic, tokens) = try batchBody(context)
+        let resolved = try await resolve(tokens, project: project)
+        let fids = resolved.compactMap { try? $0.get() }
+        let outcome = try await topics.subscribe(project: project, fids: fids, topic: topic)
+        let results: [JSONValue] = resolved.map { entry in
+            switch entry {
+            case let .failure(f): return ["error": .string(f.code)]
+            case let .success(fid):
+                return IIDController.itemError(outcome[fid]).map { ["error": .string($0)] } ?? [:]
             }
-            return .json(["results": .array(results)])
         }
+        return .json(["results": .array(results)])
     }
 
-    func batchRemove(_ context: RequestContext) async throws -> HTTPResponse {
-        try await iid(context) { project in
-            let (topic, tokens) = try batchBody(context)
-            let resolved = try await resolve(tokens, project: project)
-            _ = try await topics.unsubscribe(
-                project: project, fids: resolved.compactMap { try? $0.get() }, topic: topic)
-            let results: [JSONValue] = resolved.map { entry in
-                if case let .failure(f) = entry { return ["error": .string(f.code)] }
-                return [:]
-            }
-            return .json(["results": .array(results)])
+    func batchRemove(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
+        let (topic, tokens) = try batchBody(context)
+        let resolved = try await resolve(tokens, project: project)
+        _ = try await topics.unsubscribe(
+            project: project, fids: resolved.compactMap { try? $0.get() }, topic: topic)
+        let results: [JSONValue] = resolved.map { entry in
+            if case let .failure(f) = entry { return ["error": .string(f.code)] }
+            return [:]
         }
+        return .json(["results": .array(results)])
     }
 
     private func relation(_ context: RequestContext, project: Project) async throws -> (fid: String, topic: String) {
@@ -122,81 +103,77 @@ struct IIDController: Sendable {
         return (fid, topic)
     }
 
-    func addRelation(_ context: RequestContext) async throws -> HTTPResponse {
-        try await iid(context) { project in
-            let (fid, topic) = try await relation(context, project: project)
-            let outcome = try await topics.subscribe(project: project, fids: [fid], topic: topic)[fid]
-            if let code = IIDController.itemError(outcome) {
-                return IIDController.error(code == "NOT_FOUND" ? 404 : 400, code)
-            }
-            return .json([:])
+    func addRelation(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
+        let (fid, topic) = try await relation(context, project: project)
+        let outcome = try await topics.subscribe(project: project, fids: [fid], topic: topic)[fid]
+        if let code = IIDController.itemError(outcome) {
+            return IIDController.error(code == "NOT_FOUND" ? 404 : 400, code)
         }
+        return .json([:])
     }
 
-    func removeRelation(_ context: RequestContext) async throws -> HTTPResponse {
-        try await iid(context) { project in
-            let (fid, topic) = try await relation(context, project: project)
-            _ = try await topics.unsubscribe(project: project, fids: [fid], topic: topic)
-            return .json([:])
-        }
+    func removeRelation(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
+        let (fid, topic) = try await relation(context, project: project)
+        _ = try await topics.unsubscribe(project: project, fids: [fid], topic: topic)
+        return .json([:])
     }
 
     /// `GET /iid/info/{token}[?details=true]`; unknown tokens answer 404 `{"error":"InvalidToken"}`.
-    func info(_ context: RequestContext) async throws -> HTTPResponse {
-        try await iid(context) { project in
-            let token = context.parameter("token")
-            guard RegistrationToken.isValid(token),
-                let fid = try await registrations.installationFIDs(project: project, tokensOrFIDs: [token])[token],
-                let installation = try await installations.find(project: project, fid: fid)
-            else { return IIDController.error(404, "InvalidToken") }
-            // An FID-mode installation may have no registration: its app says what it is.
-            let registration = try await registrations.find(project: project, tokenOrFID: fid)
-            let app = try await catalog.app(id: installation.appID)
-            let platform: Platform = registration?.platform ?? app?.platform ?? .web
-            let platformName = ["ios": "IOS", "android": "ANDROID", "web": "CHROME"][platform.rawValue] ?? "UNKNOWN"
-            var members: [(String, JSONValue)] = [
-                ("application", .string(registration?.bundleID ?? app?.bundleID ?? installation.appID)),
-                ("authorizedEntity", .string(String(project.number))), ("platform", .string(platformName)),
-                ("scope", "*"),
-            ]
-            if let version = registration?.appVersion { members.append(("applicationVersion", .string(version))) }
-            if ["true", "1"].contains(context.request.query("details")?.lowercased() ?? "") {
-                let subscribed = try await topics.all(project: project, fid: fid).map {
-                    ($0.topic, ["addDate": .string(String(Timestamp.rfc3339($0.createdAt).prefix(10)))] as JSONValue)
-                }
-                members.append(("rel", ["topics": .object(subscribed)]))
+    func info(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
+        let token = context.parameter("token")
+        guard RegistrationToken.isValid(token),
+            let fid = try await registrations.installationFIDs(project: project, tokensOrFIDs: [token])[token],
+            let installation = try await installations.find(project: project, fid: fid)
+        else { return IIDController.error(404, "InvalidToken") }
+        // An FID-mode installation may have no registration: its app says what it is.
+        let registration = try await registrations.find(project: project, tokenOrFID: fid)
+        let app = try await catalog.app(id: installation.appID)
+        let platform: Platform = registration?.platform ?? app?.platform ?? .web
+        let platformName = ["ios": "IOS", "android": "ANDROID", "web": "CHROME"][platform.rawValue] ?? "UNKNOWN"
+        var members: [(String, JSONValue)] = [
+            ("application", .string(registration?.bundleID ?? app?.bundleID ?? installation.appID)),
+            ("authorizedEntity", .string(String(project.number))), ("platform", .string(platformName)),
+            ("scope", "*"),
+        ]
+        if let version = registration?.appVersion { members.append(("applicationVersion", .string(version))) }
+        if ["true", "1"].contains(context.request.query("details")?.lowercased() ?? "") {
+            let subscribed = try await topics.all(project: project, fid: fid).map {
+                ($0.topic, ["addDate": .string(String(Timestamp.rfc3339($0.createdAt).prefix(10)))] as JSONValue)
             }
-            return .json(.object(members))
+            members.append(("rel", ["topics": .object(subscribed)]))
         }
+        return .json(.object(members))
     }
 
     /// `POST /iid/v1:batchImport`: APNs tokens (≤100) of an iOS app become registration tokens; each gets an
     /// installation made by the server. The same APNs token imported twice returns its existing token.
-    func batchImport(_ context: RequestContext) async throws -> HTTPResponse {
-        try await iid(context) { project in
-            let body = FieldReader(try context.jsonObject())
-            let application = try body.text("application", required: true, maxBytes: 255)!
-            let sandbox = try body.bool("sandbox") ?? false
-            let tokens = try body.array("apns_tokens", required: true, maxCount: IIDController.maxImport)!
-            guard
-                let app = try await catalog.apps(projectID: project.id).first(where: {
-                    $0.platform == .ios && $0.bundleID == application
-                })
-            else {
-                return IIDController.error(404, "NOT_FOUND")
-            }
-            let outcomes = try await registrations.importAPNs(
-                project: project, app: app, apnsTokens: tokens.map(\.stringValue), sandbox: sandbox)
-            let results: [JSONValue] = zip(tokens, outcomes).map { value, outcome in
-                switch outcome {
-                case let .imported(apns, token):
-                    return ["apns_token": .string(apns), "status": "OK", "registration_token": .string(token)]
-                case .invalid: return ["apns_token": value, "status": "INVALID_ARGUMENT"]
-                case let .noConsent(apns): return ["apns_token": .string(apns), "status": "FAILED_PRECONDITION"]
-                }
-            }
-            return .json(["results": .array(results)])
+    func batchImport(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
+        let body = FieldReader(try context.jsonObject())
+        let application = try body.text("application", required: true, maxBytes: 255)!
+        let sandbox = try body.bool("sandbox") ?? false
+        let tokens = try body.array("apns_tokens", required: true, maxCount: IIDController.maxImport)!
+        guard
+            let app = try await catalog.apps(projectID: project.id).first(where: {
+                $0.platform == .ios && $0.bundleID == application
+            })
+        else {
+            return IIDController.error(404, "NOT_FOUND")
         }
+        let outcomes = try await registrations.importAPNs(
+            project: project, app: app, apnsTokens: tokens.map(\.stringValue), sandbox: sandbox)
+        let results: [JSONValue] = zip(tokens, outcomes).map { value, outcome in
+            switch outcome {
+            case let .imported(apns, token):
+                return ["apns_token": .string(apns), "status": "OK", "registration_token": .string(token)]
+            case .invalid: return ["apns_token": value, "status": "INVALID_ARGUMENT"]
+            case let .noConsent(apns): return ["apns_token": .string(apns), "status": "FAILED_PRECONDITION"]
+            }
+        }
+        return .json(["results": .array(results)])
     }
 }
 

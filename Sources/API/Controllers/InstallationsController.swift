@@ -4,7 +4,6 @@ import Registry
 
 /// Firebase Installations (FIS v1): create, generate auth token, delete; plus the server-side deletes.
 struct InstallationsController {
-    let auth: Authenticator
     let installations: InstallationService
     let catalog: Catalog
     let createLimits: CreateLimits
@@ -17,16 +16,20 @@ struct InstallationsController {
     }
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/v1/projects/{project}/installations", browser: true, create)
-        routes.add(.POST, "/v1/projects/{project}/installations/{fid}/authTokens:generate", browser: true, generate)
-        routes.add(.DELETE, "/v1/projects/{project}/installations/{fid}", browser: true, delete)
-        routes.add(.DELETE, "/v1/project/{project}/instanceId/{fid}", adminDelete)
+        routes.add(.POST, "/v1/projects/{project}/installations", .apiKey, browser: true, create)
+        routes.add(
+            .POST, "/v1/projects/{project}/installations/{fid}/authTokens:generate", .refreshToken, browser: true,
+            generate)
+        // The client deletes itself with its refresh token; an app backend deletes with its server key.
+        routes.add(
+            .DELETE, "/v1/projects/{project}/installations/{fid}",
+            .either(.serverKey, when: { $0.hasBearer }, otherwise: .refreshToken), browser: true, delete)
+        routes.add(.DELETE, "/v1/project/{project}/instanceId/{fid}", .serverKey, adminDelete)
     }
 
-    func create(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        let apiKeyApp = try await auth.app(context, project: project)
-        try limit(context, apiKey: apiKeyApp.apiKey)
+    func create(_ context: RequestContext, _ caller: AppCaller) async throws -> HTTPResponse {
+        let project = caller.project
+        try limit(context, apiKey: caller.app.apiKey)
         let body = FieldReader(try context.jsonObject())
         // Check every field's shape first, then look anything up.
         let appID = try body.string("appId", required: true, maxBytes: 128, allowEmpty: false)!
@@ -53,44 +56,35 @@ struct InstallationsController {
         ])
     }
 
-    func generate(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        try await auth.optionalApp(context, project: project)
-        let refreshToken = try auth.refreshToken(context)
+    func generate(_ context: RequestContext, _ caller: InstallationCaller) async throws -> HTTPResponse {
         // The body is optional ({"installation":{"sdkVersion","appId"?}}); check its shape when present.
         let body = FieldReader(try context.jsonObject(allowEmpty: true))
         if let installation = try body.object("installation") {
             _ = try installation.text("sdkVersion", maxBytes: 64)
             _ = try installation.string("appId", maxBytes: 128)
         }
-        let token = try await installations.generateAuthToken(
-            project: project, fid: context.parameter("fid"), refreshToken: refreshToken)
+        let token = try await installations.generateAuthToken(project: caller.project, for: caller.installation)
         return .json(["token": .string(token.token), "expiresIn": .string("\(token.expiresIn)s")])
     }
 
-    /// The client deletes itself with its refresh token; an app backend deletes with its server key.
-    func delete(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        let fid = context.parameter("fid")
-        if auth.hasServerKey(context) {
-            try await auth.server(context, project: project)
-            try await serverDelete(project: project, fid: fid)
-            return .json([:])
-        }
-        try await auth.optionalApp(context, project: project)
-        let refreshToken = try auth.refreshToken(context)
-        _ = try await installations.authenticate(project: project, fid: fid, refreshToken: refreshToken)
-        guard try await installations.delete(projectID: project.id, fid: fid, reason: .client) else {
-            throw APIError.notFound("installation \(fid) not found")
+    func delete(_ context: RequestContext, _ caller: OneOf<ServerCaller, InstallationCaller>) async throws
+        -> HTTPResponse
+    {
+        switch caller {
+        case let .first(server):
+            try await serverDelete(project: server.project, fid: context.parameter("fid"))
+        case let .second(client):
+            let fid = client.installation.fid
+            guard try await installations.delete(projectID: client.project.id, fid: fid, reason: .client) else {
+                throw APIError.notFound("installation \(fid) not found")
+            }
         }
         return .json([:])
     }
 
     /// The admin SDKs' route (`delete_instance_id`, `deleteInstallation`): 404 unknown, 409 already deleted.
-    func adminDelete(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        try await auth.server(context, project: project)
-        try await serverDelete(project: project, fid: context.parameter("fid"))
+    func adminDelete(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        try await serverDelete(project: caller.project, fid: context.parameter("fid"))
         return .json([:])
     }
 

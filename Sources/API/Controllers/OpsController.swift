@@ -27,23 +27,22 @@ final class GaugeCache: Sendable {
     }
 }
 
-/// Health, readiness, metrics, the JWKS of auth-token keys and the OpenAPI document. No authentication.
+/// Health, readiness, metrics (with the metrics token, when there is one), the JWKS of auth-token keys and the OpenAPI
+/// document.
 struct OpsController: Sendable {
     let health: any StoreHealth
     let tokens: TokenIssuer
     let metrics: Metrics
     let jobs: Jobs
     let gauges: GaugeCache
-    /// When set, `/metrics` requires it as a bearer token.
-    let metricsToken: String?
     let draining: @Sendable () -> Bool
     let serverGauges: @Sendable () -> [String]
 
     func register(_ routes: inout Routes) {
         routes.addImmediate(.GET, "/healthz", healthz)
-        routes.add(.GET, "/readyz", readyz)
-        routes.add(.GET, "/metrics", metricsText)
-        routes.add(.GET, "/.well-known/jwks.json", jwks)
+        routes.add(.GET, "/readyz", .anyone, readyz)
+        routes.add(.GET, "/metrics", .metricsToken, metricsText)
+        routes.add(.GET, "/.well-known/jwks.json", .anyone, jwks)
         routes.addImmediate(.GET, "/openapi.yaml", openapi)
     }
 
@@ -52,7 +51,7 @@ struct OpsController: Sendable {
     }
 
     /// Ready when not draining, the database answers and every migration is applied; 503 otherwise.
-    func readyz(_ context: RequestContext) async throws -> HTTPResponse {
+    func readyz(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         if draining() { return OpsController.notReady("draining") }
         if let reason = await health.unreadiness() { return OpsController.notReady(reason) }
         return .json(["status": "ready"])
@@ -64,15 +63,7 @@ struct OpsController: Sendable {
         return response
     }
 
-    func metricsText(_ context: RequestContext) async throws -> HTTPResponse {
-        if let metricsToken {
-            let given = Authenticator.serverKey(context) ?? ""
-            guard ConstantTime.equals(SHA256.hash(given), SHA256.hash(metricsToken)) else {
-                var refused = APIError.unauthenticated("Authorization: Bearer <METRICS_TOKEN> is required")
-                refused.headers.add(name: "www-authenticate", value: "Bearer")
-                throw refused
-            }
-        }
+    func metricsText(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         var extra = serverGauges()
         extra += PrometheusText.storeStatistics(health.statistics)
         // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
@@ -86,7 +77,7 @@ struct OpsController: Sendable {
             status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render(extra: extra))
     }
 
-    func jwks(_ context: RequestContext) async throws -> HTTPResponse {
+    func jwks(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         var response = HTTPResponse(status: 200, contentType: "application/json", body: try await tokens.jwks())
         response.headers.add(name: "cache-control", value: "public, max-age=300")
         return response

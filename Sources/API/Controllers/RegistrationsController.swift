@@ -6,32 +6,32 @@ import Registry
 
 /// FCM client registrations (web and iOS bodies), the token refresh callback from app backends, and sendability.
 struct RegistrationsController: Sendable {
-    let auth: Authenticator
     let registrations: RegistrationService
     let targeting: TargetingService
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/v1/projects/{project}/registrations", browser: true, create)
-        routes.add(.PATCH, "/v1/projects/{project}/registrations/{registration}", browser: true, update)
-        routes.add(.DELETE, "/v1/projects/{project}/registrations/{registration}", browser: true, delete)
-        routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/registration", callback)
-        routes.add(.GET, "/v1/projects/{project}/registrations/{registration}:sendability", sendability)
+        routes.add(.POST, "/v1/projects/{project}/registrations", .installationToken(), browser: true, create)
+        routes.add(
+            .PATCH, "/v1/projects/{project}/registrations/{registration}", .installationToken(), browser: true, update)
+        // The installation removes its registration (by token or FID); an app backend may too, with a server key.
+        routes.add(
+            .DELETE, "/v1/projects/{project}/registrations/{registration}",
+            .either(.serverKey, when: { $0.hasBearer }, otherwise: .installationToken()), browser: true, delete)
+        routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/registration", .serverKey, callback)
+        routes.add(
+            .GET, "/v1/projects/{project}/registrations/{registration}:sendability", .serverKey, sendability)
     }
 
-    func create(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        try await auth.optionalApp(context, project: project)
-        let installation = try await auth.installation(context, project: project)
+    func create(_ context: RequestContext, _ caller: InstallationCaller) async throws -> HTTPResponse {
+        let (project, installation) = (caller.project, caller.installation)
         let request = try RegistrationsController.clientRegistration(try context.jsonObject())
         let stored = try await registrations.register(installation: installation, request)
         return .json(RegistrationsController.json(stored, project: project))
     }
 
     /// The weekly refresh: the same body, for the installation's own registration.
-    func update(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        try await auth.optionalApp(context, project: project)
-        let installation = try await auth.installation(context, project: project)
+    func update(_ context: RequestContext, _ caller: InstallationCaller) async throws -> HTTPResponse {
+        let (project, installation) = (caller.project, caller.installation)
         guard
             let current = try await registrations.find(project: project, tokenOrFID: context.parameter("registration")),
             current.fid == installation.fid
@@ -41,24 +41,25 @@ struct RegistrationsController: Sendable {
         return .json(RegistrationsController.json(stored, project: project))
     }
 
-    /// The installation removes its registration (by token or FID); an app backend may too, with a server key.
-    func delete(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
+    func delete(_ context: RequestContext, _ caller: OneOf<ServerCaller, InstallationCaller>) async throws
+        -> HTTPResponse
+    {
         let reference = context.parameter("registration")
+        let project: Project
         let fid: String
-        if auth.hasServerKey(context) {
-            try await auth.server(context, project: project)
+        switch caller {
+        case let .first(server):
+            project = server.project
             guard let registration = try await registrations.find(project: project, tokenOrFID: reference) else {
                 throw APIError.notFound("registration not found")
             }
             fid = registration.fid
-        } else {
-            try await auth.optionalApp(context, project: project)
-            let installation = try await auth.installation(context, project: project)
+        case let .second(client):
+            project = client.project
             guard let registration = try await registrations.find(project: project, tokenOrFID: reference),
-                registration.fid == installation.fid
+                registration.fid == client.installation.fid
             else { throw APIError.notFound("registration not found for this installation") }
-            fid = installation.fid
+            fid = client.installation.fid
         }
         _ = try await registrations.delete(project: project, fid: fid)
         return .json([:])
@@ -66,9 +67,8 @@ struct RegistrationsController: Sendable {
 
     /// `PUT /v1/projects/{project}/installations/{fid}/registration`: an app backend reports the token its client
     /// received. Idempotent; an older `clientTime` never replaces a newer token.
-    func callback(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        try await auth.server(context, project: project)
+    func callback(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         let fid = context.parameter("fid")
         guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
         let body = FieldReader(try context.jsonObject())
@@ -103,10 +103,8 @@ struct RegistrationsController: Sendable {
         return .json(json)
     }
 
-    func sendability(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        try await auth.server(context, project: project)
-        let verdict = try await targeting.sendability(project: project, token: context.parameter("registration"))
+    func sendability(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let verdict = try await targeting.sendability(project: caller.project, token: context.parameter("registration"))
         return .json(["sendable": .bool(verdict.sendable), "reason": .string(verdict.rawValue)])
     }
 

@@ -9,7 +9,8 @@ struct TokenController: Sendable {
     let serviceAccounts: ServiceAccountService
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/token", token)
+        // The assertion in the body is the credential: a service account's key signs it (RFC 7523).
+        routes.add(.POST, "/token", .anyone, token)
     }
 
     static func oauthError(_ code: String, _ description: String, status: Int = 400) -> HTTPResponse {
@@ -19,7 +20,7 @@ struct TokenController: Sendable {
         return response
     }
 
-    func token(_ context: RequestContext) async throws -> HTTPResponse {
+    func token(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         guard let form = context.request.formItems else {
             return Self.oauthError("invalid_request", "the body must be application/x-www-form-urlencoded")
         }

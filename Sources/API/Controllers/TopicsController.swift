@@ -7,28 +7,27 @@ import Registry
 /// Topic subscriptions in the FCM v1 shape (admin SDKs, server key) and the client verbs `:subscribe` /
 /// `:unsubscribe` (installation auth token), plus who a topic or a condition reaches.
 struct TopicsController: Sendable {
-    let auth: Authenticator
     let registrations: RegistrationService
     let topics: TopicService
     let targeting: TargetingService
 
     func register(_ routes: inout Routes) {
         let base = "/v1/projects/{project}/registrations/{registration}/topicSubscriptions"
-        routes.add(.POST, base, create)
-        routes.add(.GET, base, list)
-        routes.add(.GET, base + "/{topic}", get)
-        routes.add(.PATCH, base + "/{topic}", patch)
-        routes.add(.DELETE, base + "/{topic}", delete)
-        routes.add(.POST, base + "/{topic}:subscribe", browser: true, clientSubscribe)
-        routes.add(.POST, base + "/{topic}:unsubscribe", browser: true, clientUnsubscribe)
-        routes.add(.GET, "/v1/projects/{project}/topics/{topic}/registrations", members)
-        routes.add(.POST, "/v1/projects/{project}/targets:resolve", resolve)
+        routes.add(.POST, base, .serverKey, create)
+        routes.add(.GET, base, .serverKey, list)
+        routes.add(.GET, base + "/{topic}", .serverKey, get)
+        routes.add(.PATCH, base + "/{topic}", .serverKey, patch)
+        routes.add(.DELETE, base + "/{topic}", .serverKey, delete)
+        let own = Principal.installationToken(owning: "registration")
+        routes.add(.POST, base + "/{topic}:subscribe", own, browser: true, clientSubscribe)
+        routes.add(.POST, base + "/{topic}:unsubscribe", own, browser: true, clientUnsubscribe)
+        routes.add(.GET, "/v1/projects/{project}/topics/{topic}/registrations", .serverKey, members)
+        routes.add(.POST, "/v1/projects/{project}/targets:resolve", .serverKey, resolve)
     }
 
     /// The installation named by `{registration}` (FID or token), for a server-key caller.
-    private func serverSubject(_ context: RequestContext) async throws -> (Project, String) {
-        let project = try await auth.project(context)
-        try await auth.server(context, project: project)
+    private func serverSubject(_ context: RequestContext, _ caller: ServerCaller) async throws -> (Project, String) {
+        let project = caller.project
         guard
             let fid = try await registrations.installationFID(
                 project: project, tokenOrFID: context.parameter("registration"))
@@ -60,13 +59,13 @@ struct TopicsController: Sendable {
         }
     }
 
-    func create(_ context: RequestContext) async throws -> HTTPResponse {
+    func create(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let body = try context.jsonObject(allowEmpty: true)
         let fromBody =
             try FieldReader(body).string("topicName", maxBytes: 1024)
             ?? (try FieldReader(body).string("topic_name", maxBytes: 1024))
         let topic = try TopicsController.topicName(context.request.query("topicName", "topic_name") ?? fromBody)
-        let (project, fid) = try await serverSubject(context)
+        let (project, fid) = try await serverSubject(context, caller)
         let (created, added) = try await subscribe(project: project, fid: fid, topic: topic)
         guard added else { throw APIError(409, "ALREADY_EXISTS", "the topic subscription already exists") }
         return .json(subscription(context, created))
@@ -85,17 +84,17 @@ struct TopicsController: Sendable {
         }
     }
 
-    func get(_ context: RequestContext) async throws -> HTTPResponse {
+    func get(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let topic = try TopicsController.topicName(context.parameter("topic"))
-        let (project, fid) = try await serverSubject(context)
+        let (project, fid) = try await serverSubject(context, caller)
         guard let found = try await topics.subscription(project: project, fid: fid, topic: topic) else {
             throw APIError.notFound("topic subscription \(topic) not found")
         }
         return .json(subscription(context, found))
     }
 
-    func list(_ context: RequestContext) async throws -> HTTPResponse {
-        let (project, fid) = try await serverSubject(context)
+    func list(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let (project, fid) = try await serverSubject(context, caller)
         let size = try Paging.pageSize(context, default: 1000, max: 2000)
         let after = try Paging.decode(context.request.query("pageToken", "page_token"))
         let page = try await topics.list(project: project, fid: fid, after: after, limit: size + 1)
@@ -109,11 +108,11 @@ struct TopicsController: Sendable {
     }
 
     /// Upserts with `allowMissing`; otherwise the subscription must exist.
-    func patch(_ context: RequestContext) async throws -> HTTPResponse {
+    func patch(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let topic = try TopicsController.topicName(context.parameter("topic"))
         let allowMissing = try TopicsController.allowMissing(context)
         _ = try context.jsonObject(allowEmpty: true)
-        let (project, fid) = try await serverSubject(context)
+        let (project, fid) = try await serverSubject(context, caller)
         if let found = try await topics.subscription(project: project, fid: fid, topic: topic) {
             return .json(subscription(context, found))
         }
@@ -121,10 +120,10 @@ struct TopicsController: Sendable {
         return .json(subscription(context, try await subscribe(project: project, fid: fid, topic: topic).0))
     }
 
-    func delete(_ context: RequestContext) async throws -> HTTPResponse {
+    func delete(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let topic = try TopicsController.topicName(context.parameter("topic"))
         let allowMissing = try TopicsController.allowMissing(context)
-        let (project, fid) = try await serverSubject(context)
+        let (project, fid) = try await serverSubject(context, caller)
         let removed = try await topics.unsubscribe(project: project, fids: [fid], topic: topic)
         guard !removed.isEmpty || allowMissing else { throw APIError.notFound("topic subscription \(topic) not found") }
         return .json([:])
@@ -132,24 +131,20 @@ struct TopicsController: Sendable {
 
     // MARK: - Client verbs (FIS auth)
 
-    private func clientSubject(_ context: RequestContext) async throws -> (Project, Installation, String) {
-        let project = try await auth.project(context)
-        try await auth.optionalApp(context, project: project)
-        let installation = try await auth.installation(context, project: project)
-        guard context.parameter("registration") == installation.fid else {
-            throw APIError.permissionDenied("the auth token belongs to another installation")
-        }
-        return (project, installation, try TopicsController.topicName(context.parameter("topic")))
+    private func clientSubject(_ context: RequestContext, _ caller: InstallationCaller) throws
+        -> (Project, Installation, String)
+    {
+        (caller.project, caller.installation, try TopicsController.topicName(context.parameter("topic")))
     }
 
-    func clientSubscribe(_ context: RequestContext) async throws -> HTTPResponse {
-        let (project, installation, topic) = try await clientSubject(context)
+    func clientSubscribe(_ context: RequestContext, _ caller: InstallationCaller) async throws -> HTTPResponse {
+        let (project, installation, topic) = try clientSubject(context, caller)
         return .json(
             subscription(context, try await subscribe(project: project, fid: installation.fid, topic: topic).0))
     }
 
-    func clientUnsubscribe(_ context: RequestContext) async throws -> HTTPResponse {
-        let (project, installation, topic) = try await clientSubject(context)
+    func clientUnsubscribe(_ context: RequestContext, _ caller: InstallationCaller) async throws -> HTTPResponse {
+        let (project, installation, topic) = try clientSubject(context, caller)
         _ = try await topics.unsubscribe(project: project, fids: [installation.fid], topic: topic)
         return .json([:])
     }
@@ -194,9 +189,8 @@ struct TopicsController: Sendable {
             body: targetsBody(page, size: size))
     }
 
-    func members(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        try await auth.server(context, project: project)
+    func members(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         let topic = try TopicsController.topicName(context.parameter("topic"))
         let size = try Paging.pageSize(context, default: 1000, max: 10_000)
         let after = try Paging.decode(context.request.query("pageToken", "page_token"))
@@ -204,9 +198,8 @@ struct TopicsController: Sendable {
         return TopicsController.targetsResponse(page, size: size)
     }
 
-    func resolve(_ context: RequestContext) async throws -> HTTPResponse {
-        let project = try await auth.project(context)
-        try await auth.server(context, project: project)
+    func resolve(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
         let body = FieldReader(try context.jsonObject())
         let text = try body.string("condition", required: true, maxBytes: Condition.maxLength, allowEmpty: false)!
         let condition: Condition

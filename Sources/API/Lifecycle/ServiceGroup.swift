@@ -1,0 +1,122 @@
+import HTTP
+import Synchronization
+
+/// A part of the running service with a life of its own: the HTTP server, the jobs loop, the feed relay, the
+/// database pools. A ``ServiceGroup`` starts them in order and stops them in reverse.
+public protocol Service: Sendable {
+    var name: String { get }
+    /// Brings the service up; returns once it does its work (the listener bound). Every service's `start()` has
+    /// returned before any `run()` begins.
+    func start() async throws
+    /// Does the service's work until ``stop(deadline:)`` (or cancellation, a forced stop); returns once it has stopped.
+    func run() async
+    /// Asks ``run()`` to finish: work in hand may go on until `deadline`, or until the calling task is cancelled.
+    func stop(deadline: ContinuousClock.Instant) async
+}
+
+extension Service {
+    public func start() async throws {}
+}
+
+/// Runs services with structured concurrency: each one's ``Service/run()`` is a child task of ``run()``, which
+/// returns only once all have stopped.
+///
+/// ``shutdown()`` stops them gracefully, in the reverse of their order, each given until a shared drain deadline;
+/// a second ``shutdown()`` (a second signal), or the deadline passing, forces the rest: their stops run cancelled,
+/// which ends them at once.
+public final class ServiceGroup: Sendable {
+    let services: [any Service]
+    let drain: Duration
+    let logger: Logger
+    let whenStopping: @Sendable () -> Void
+    private let requested = Mutex(0)
+    private let graceful = Gate()
+    private let forced = Gate()
+    private let started = Gate()
+
+    /// - Parameter whenStopping: runs once a shutdown is asked for, before any service stops (readiness turns false).
+    public init(
+        _ services: [any Service], drain: Duration, logger: Logger, whenStopping: @escaping @Sendable () -> Void = {}
+    ) {
+        self.services = services
+        self.drain = drain
+        self.logger = logger
+        self.whenStopping = whenStopping
+    }
+
+    /// Asks the group to stop: the first call gracefully, a later one by force.
+    public func shutdown() {
+        let count = requested.withLock { n -> Int in
+            n += 1
+            return n
+        }
+        if count == 1 { graceful.open() } else { forced.open() }
+    }
+
+    /// Waits until every service has started (true), or the group failed to start or stopped first (false).
+    public func waitUntilStarted() async -> Bool {
+        await started.wait()
+        return startedAll.withLock { $0 }
+    }
+
+    private let startedAll = Mutex(false)
+
+    /// Starts the services in order, runs them until ``shutdown()``, then stops them in reverse.
+    ///
+    /// - Throws: the error of a service that failed to start (those started before it are stopped first).
+    public func run() async throws {
+        var up: [any Service] = []
+        do {
+            for service in services {
+                try await service.start()
+                up.append(service)
+            }
+        } catch {
+            logger.error("service failed to start", [("error", .string(String(describing: error)))])
+            started.open()
+            await stop(up, finished: nil)
+            throw error
+        }
+        startedAll.withLock { $0 = true }
+        started.open()
+        let finished = up.map { _ in Gate() }
+        await withTaskGroup(of: Void.self) { group in
+            for (service, done) in zip(up, finished) {
+                group.addTask {
+                    await service.run()
+                    done.open()
+                }
+            }
+            await graceful.wait()
+            whenStopping()
+            await stop(up, finished: finished)
+            group.cancelAll()
+        }
+    }
+
+    /// Stops `services` in reverse order, each within the drain deadline; a forced stop cancels the sequence, so
+    /// the stops still to come run cancelled (at once).
+    private func stop(_ services: [any Service], finished: [Gate]?) async {
+        let deadline = ContinuousClock.now + drain
+        await withTaskGroup(of: Void.self) { race in
+            race.addTask {
+                for index in services.indices.reversed() {
+                    let service = services[index]
+                    await service.stop(deadline: deadline)
+                    if let finished, await !finished[index].wait(until: deadline) {
+                        self.logger.warning(
+                            "service did not stop by the drain deadline; cancelled", [("service", .string(service.name))])
+                    }
+                }
+            }
+            race.addTask {
+                if await self.forced.wait(until: deadline + .seconds(1)) {
+                    self.logger.warning("second signal: stopping now")
+                }
+            }
+            await race.next()
+            race.cancelAll()
+            await race.waitForAll()
+        }
+    }
+}

@@ -1,0 +1,214 @@
+import HTTP
+import Registry
+
+/// A credential a route accepts: the route table lists them per route (``Responder/table``), and `openapi.yaml`
+/// names each operation's (a test holds the two together).
+public enum Credential: String, Sendable, CaseIterable {
+    /// No credential (health, the OpenAPI document, the token endpoint, a device's first check-in).
+    case anyone
+    /// The API key of an app of the path's project (`x-goog-api-key` or `?key=`).
+    case apiKey
+    /// `Authorization: FIS_v2 <refresh token>` of the path's installation; an API key, when sent, must be the
+    /// project's.
+    case refreshToken
+    /// `x-goog-firebase-installations-auth: [FIS ]<auth token>` of an installation of the path's project; an API key,
+    /// when sent, must be the project's.
+    case installationToken
+    /// `Authorization: Bearer <server key or service-account access token>` of the path's project.
+    case serverKey
+    /// A server credential of any project (also as `Authorization: key=<server key>`): the IID API's paths name no
+    /// project, the credential does.
+    case serverKeyOfAnyProject
+    /// `Registry-Signature`, made with a secret of the path's linked service for what the request does.
+    case registrySignature
+    /// `Authorization: AidLogin <android_id>:<security_token>` of a device check-in.
+    case aidLogin
+    /// `Authorization: Bearer <METRICS_TOKEN>`, when the service has one.
+    case metricsToken
+
+    /// The security scheme `openapi.yaml` calls it by; nil for ``anyone`` (`security: []`).
+    public var openAPIScheme: String? {
+        switch self {
+        case .anyone: return nil
+        case .apiKey: return "apiKey"
+        case .refreshToken: return "refreshToken"
+        case .installationToken: return "installationToken"
+        case .serverKey, .serverKeyOfAnyProject: return "serverKey"
+        case .registrySignature: return "registrySignature"
+        case .aidLogin: return "aidLogin"
+        case .metricsToken: return "metricsToken"
+        }
+    }
+}
+
+/// Who may call a route, declared where the route is registered (``Routes/add(_:_:_:browser:errors:admit:_:)``).
+/// The pipeline resolves it before the handler runs, and the handler receives what it resolved to (`Caller`): a
+/// handler cannot be written without one, nor run when it is refused.
+public struct Principal<Caller: Sendable>: Sendable {
+    /// The credentials that can satisfy it, in the order they are tried.
+    public let credentials: [Credential]
+    let resolve: @Sendable (Authenticator, RequestContext) async throws -> Caller
+
+    init(
+        _ credentials: [Credential], _ resolve: @escaping @Sendable (Authenticator, RequestContext) async throws -> Caller
+    ) {
+        self.credentials = credentials
+        self.resolve = resolve
+    }
+}
+
+/// A caller that showed no credential.
+public struct Anyone: Sendable {}
+
+/// An app, by the API key it sent, of the path's project.
+public struct AppCaller: Sendable {
+    public let project: Project
+    public let app: App
+}
+
+/// An installation of the path's project, by its refresh token or auth token.
+public struct InstallationCaller: Sendable {
+    public let project: Project
+    public let installation: Installation
+}
+
+/// An app backend, by a server credential of `project`.
+public struct ServerCaller: Sendable {
+    public let project: Project
+}
+
+/// A linked service of the path's project, by its signature.
+public struct ServiceCaller: Sendable {
+    public let project: Project
+    public let signed: SignedByService
+}
+
+/// A device, by the check-in it was given, and the installation whose auth token it sent along, if any.
+public struct CheckinCaller: Sendable {
+    public let checkin: StoredCheckin
+    public let installation: InstallationCaller?
+}
+
+/// One of two principals, whichever the request chose (``Principal/either(_:when:otherwise:)``).
+public enum OneOf<First: Sendable, Second: Sendable>: Sendable {
+    case first(First)
+    case second(Second)
+}
+
+extension Principal where Caller == Anyone {
+    /// No credential needed.
+    public static var anyone: Principal { Principal([.anyone]) { _, _ in Anyone() } }
+    /// The metrics token as a bearer token, when the service has one; anyone otherwise.
+    public static var metricsToken: Principal {
+        Principal([.metricsToken]) { auth, context in
+            try auth.metrics(context)
+            return Anyone()
+        }
+    }
+}
+
+extension Principal where Caller == AppCaller {
+    /// An API key of an app of the path's project.
+    public static var apiKey: Principal {
+        Principal([.apiKey]) { auth, context in
+            let project = try await auth.project(context)
+            return AppCaller(project: project, app: try await auth.app(context, project: project))
+        }
+    }
+}
+
+extension Principal where Caller == InstallationCaller {
+    /// The refresh token of the installation `{fid}` names.
+    public static var refreshToken: Principal {
+        Principal([.refreshToken]) { auth, context in
+            let project = try await auth.project(context)
+            try await auth.optionalApp(context, project: project)
+            let token = try auth.refreshToken(context)
+            let installation = try await auth.installations.authenticate(
+                project: project, fid: context.parameter("fid"), refreshToken: token)
+            return InstallationCaller(project: project, installation: installation)
+        }
+    }
+
+    /// An installation's auth token; with `owning`, the installation must be the one that path parameter names
+    /// (403 otherwise).
+    public static func installationToken(owning parameter: String? = nil) -> Principal {
+        Principal([.installationToken]) { auth, context in
+            let project = try await auth.project(context)
+            try await auth.optionalApp(context, project: project)
+            let installation = try await auth.installation(context, project: project)
+            if let parameter, context.parameter(parameter) != installation.fid {
+                throw APIError.permissionDenied("the auth token belongs to another installation")
+            }
+            return InstallationCaller(project: project, installation: installation)
+        }
+    }
+}
+
+extension Principal where Caller == ServerCaller {
+    /// A server key or service-account access token of the path's project.
+    public static var serverKey: Principal {
+        Principal([.serverKey]) { auth, context in
+            let project = try await auth.project(context)
+            try await auth.server(context, project: project)
+            return ServerCaller(project: project)
+        }
+    }
+
+    /// A server credential of any project, which it names (the IID API).
+    public static var serverKeyOfAnyProject: Principal {
+        Principal([.serverKeyOfAnyProject]) { auth, context in
+            guard let project = try await auth.serverKeyProject(context) else {
+                throw APIError.unauthenticated("a server key is required (Authorization: Bearer <server key>)")
+            }
+            return ServerCaller(project: project)
+        }
+    }
+}
+
+extension Principal where Caller == ServiceCaller {
+    /// A signature of the linked service `{name}` of the path's project, for what `purpose` makes of the request (it
+    /// may read the body; it runs only when the request carries a signature at all).
+    public static func registrySignature(
+        for purpose: @escaping @Sendable (RequestContext, _ project: Project) throws -> WebhookSignature.Purpose
+    ) -> Principal {
+        Principal([.registrySignature]) { auth, context in
+            try await auth.service(context, purpose: purpose)
+        }
+    }
+}
+
+extension Principal where Caller == CheckinCaller {
+    /// A check-in's `AidLogin`.
+    public static var aidLogin: Principal {
+        Principal([.aidLogin]) { auth, context in try await auth.checkin(context, withInstallation: false) }
+    }
+
+    /// A check-in's `AidLogin`, with the installation auth token the device sent along (header, or the form's
+    /// `Goog-Firebase-Installations-Auth`), when it sent one: both must be valid.
+    public static var aidLoginWithInstallation: Principal {
+        Principal([.aidLogin]) { auth, context in try await auth.checkin(context, withInstallation: true) }
+    }
+}
+
+extension Principal {
+    /// `first` when the request `chooses` it (by the credential it carries), `second` otherwise.
+    public static func either<A, B>(
+        _ first: Principal<A>, when chooses: @escaping @Sendable (RequestContext) -> Bool,
+        otherwise second: Principal<B>
+    ) -> Principal<OneOf<A, B>> where Caller == OneOf<A, B> {
+        Principal<OneOf<A, B>>(first.credentials + second.credentials) { auth, context in
+            chooses(context)
+                ? .first(try await first.resolve(auth, context)) : .second(try await second.resolve(auth, context))
+        }
+    }
+}
+
+extension RequestContext {
+    /// Whether the request carries a bearer credential (a server key or access token): routes that also take a
+    /// client's credential choose by this.
+    public var hasBearer: Bool { Authenticator.serverKey(self) != nil }
+
+    /// Whether the request carries a `Registry-Signature`.
+    public var hasSignature: Bool { header("registry-signature") != nil }
+}
