@@ -64,6 +64,10 @@ let package = Package(
                 "API", "TokenRegistryTesting", "Postgres", "Registry", "RegistryPostgres", "JSON", "Crypto", "HTTP",
             ],
             swiftSettings: swiftSettings),
+        // The API in process: the responder over the in-memory stores, requests in memory (no socket, no PostgreSQL).
+        .testTarget(
+            name: "InProcessTests", dependencies: ["API", "TokenRegistryTesting", "Registry", "JSON", "Crypto", "HTTP"],
+            swiftSettings: swiftSettings),
         .testTarget(name: "ArchitectureTests", swiftSettings: swiftSettings),
     ]
 )

@@ -24,6 +24,12 @@ public struct Responder: Sendable {
     /// Every route the service answers, with who may call it.
     public var table: [Route] { routes.all }
 
+    /// The route a request for `method` and `path` goes to, if any.
+    public func route(method: String, path: some StringProtocol) -> Route? {
+        if case let .found(route, _, _) = routes.router.match(method: method, path: path) { return route }
+        return nil
+    }
+
     /// Answers any request.
     public func respond(to request: HTTPRequest) async -> HTTPResponse {
         let started = ContinuousClock.now

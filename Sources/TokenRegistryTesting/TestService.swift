@@ -158,6 +158,8 @@ public struct CreatedInstallationReply: Sendable {
 /// A response with its body parsed as JSON when it is JSON.
 public struct Reply: Sendable, CustomStringConvertible {
     public let raw: RawResponse
+
+    public init(raw: RawResponse) { self.raw = raw }
     public var status: Int { raw.status }
     public var json: JSONValue? { try? JSONParser.parse(raw.body) }
     public var text: String { raw.text }

@@ -22,7 +22,7 @@ struct InterleavingTests {
             let register = Task {
                 try await s.request(
                     "POST", "/v1/projects/\(s.project.id)/registrations", headers: Self.fis(i),
-                    json: RegistrationsTests.webBody)
+                    json: Bodies.webRegistration)
             }
             try await session.waitUntilBlocked(1)
             let withdraw = Task {

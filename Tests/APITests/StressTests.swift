@@ -69,7 +69,7 @@ struct StressTests {
                                 reply = try await s.request(
                                     "POST", "\(base)/registrations",
                                     headers: ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"],
-                                    json: RegistrationsTests.webBody)
+                                    json: Bodies.webRegistration)
                             case 2:
                                 let i = consented.randomElement(using: &rng)!
                                 reply = try await s.request(

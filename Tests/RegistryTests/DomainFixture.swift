@@ -152,25 +152,3 @@ struct DomainFixture {
         try await services.targeting.members(projectID: project.id, topic: topic, after: nil, limit: 100).map(\.fid)
     }
 }
-
-/// A delivery transport that answers each endpoint from its own script (then 200) and records what it was sent.
-/// Scripts are per endpoint because a delivery run posts to several endpoints concurrently.
-final class ScriptedTransport: DeliveryTransport {
-    typealias Sent = (endpoint: String, body: [UInt8], headers: [(String, String)])
-    private let state = Mutex<(scripts: [String: [DeliveryResponse]], sent: [Sent])>(([:], []))
-
-    func answer(_ endpoint: String, _ responses: DeliveryResponse...) {
-        state.withLock { $0.scripts[endpoint, default: []] += responses }
-    }
-
-    var sent: [Sent] { state.withLock { $0.sent } }
-
-    func post(endpoint: String, body: [UInt8], headers: [(String, String)]) async -> DeliveryResponse {
-        state.withLock { s in
-            s.sent.append((endpoint, body, headers))
-            guard let next = s.scripts[endpoint]?.first else { return .status(200) }
-            s.scripts[endpoint]?.removeFirst()
-            return next
-        }
-    }
-}

@@ -7,7 +7,7 @@ import TokenRegistryTesting
 
 /// What real clients need beyond the happy path: browsers' CORS, Android's gzip DELETE, FIDs where tokens are
 /// expected, configuration errors that must not cost a device its FID, existing Firebase identities.
-@Suite("Client compatibility", .enabled(if: TestDatabase.isAvailable))
+@Suite("Client compatibility")
 struct ClientCompatibilityTests {
     static let page = "http://127.0.0.1:5173"
 
@@ -19,7 +19,7 @@ struct ClientCompatibilityTests {
     }
 
     @Test func browserRoutesAnswerPreflightsAndServerRoutesDoNot() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let create = try await s.request(
                 "OPTIONS", "/v1/projects/\(s.project.id)/installations", headers: Self.preflight("POST"))
             #expect(create.status == 204, "\(create)")
@@ -63,7 +63,7 @@ struct ClientCompatibilityTests {
     }
 
     @Test func originsArePerApp() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let restricted = try await s.app.catalog.createApp(
                 project: s.project, platform: .web, bundleID: nil, autoInitDefault: true,
                 webOrigins: ["https://shop.example"])
@@ -86,7 +86,7 @@ struct ClientCompatibilityTests {
     }
 
     @Test func androidDeletesWithAnEmptyGzipBody() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let i = try await s.createInstallation(app: s.android)
             let reply = try await s.request(
                 "DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)",
@@ -99,7 +99,7 @@ struct ClientCompatibilityTests {
     }
 
     @Test func fidsAreAcceptedWhereTokensAre() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let withToken = try await s.createInstallation()
             _ = try await s.request(
                 "PUT", "/v1/projects/\(s.project.id)/installations/\(withToken.fid)/registration",
@@ -127,7 +127,7 @@ struct ClientCompatibilityTests {
     }
 
     @Test func configurationErrorsAnswer403NotTheFIDIsGone() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let other = try await s.addProject(id: "other-proj", number: 99_999)
             let i = try await s.createInstallation()
             let unknownProject = try await s.request(
@@ -147,7 +147,7 @@ struct ClientCompatibilityTests {
     }
 
     @Test func appsKeepTheirExistingFirebaseIdentities() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let appID = "1:\(s.project.number):ios:0123456789abcdef"
             let apiKey = "AIzaSyExistingFirebaseKey-0123456789abc"
             let app = try await s.app.catalog.createApp(

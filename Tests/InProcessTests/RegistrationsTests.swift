@@ -5,7 +5,7 @@ import Testing
 import TokenRegistryTesting
 
 /// FCM client registrations, the refresh callback, the consent gate.
-@Suite("Registrations", .enabled(if: TestDatabase.isAvailable))
+@Suite("Registrations")
 struct RegistrationsTests {
     static let webBody: JSONValue = [
         "web": [
@@ -20,7 +20,7 @@ struct RegistrationsTests {
     }
 
     @Test func webAndIOSClientsRegisterWithFIDPrefixedTokens() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let i = try await s.createInstallation()
             let web = try await s.request(
                 "POST", "/v1/projects/\(s.project.id)/registrations", headers: fis(i), json: Self.webBody)
@@ -56,7 +56,7 @@ struct RegistrationsTests {
     }
 
     @Test func malformedClientBodiesAre400() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let i = try await s.createInstallation()
             for body: JSONValue in [
                 [:], ["web": ["endpoint": "ftp://x", "auth": "a", "p256dh": "b"]], ["ios": ["apns_token": "zz"]],
@@ -74,7 +74,7 @@ struct RegistrationsTests {
     }
 
     @Test func consentIsTheGate() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let i = try await s.createInstallation(app: s.consentFirst)
             let path = "/v1/projects/\(s.project.id)/registrations"
             let refused = try await s.request("POST", path, headers: fis(i), json: Self.webBody)
@@ -119,7 +119,7 @@ struct RegistrationsTests {
     }
 
     @Test func refreshCallbackSupersedesMovesAndIgnoresOlder() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let a = try await s.createInstallation()
             let b = try await s.createInstallation()
             let put = { (fid: String, body: JSONValue) in
@@ -176,7 +176,7 @@ struct RegistrationsTests {
 
     @Test func stalenessAndExpiryFollowTheClock() async throws {
         let clock = ManualClock(Date())
-        try await TestService.with(
+        try await InProcessService.with(
             configure: {
                 $0.staleDays = 30; $0.expireDays = 270
             }, clock: clock
@@ -218,7 +218,7 @@ struct RegistrationsTests {
     }
 
     @Test func deletedInstallationsTokensReportDeleted() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let i = try await s.createInstallation()
             let token = try #require(
                 try await s.request(

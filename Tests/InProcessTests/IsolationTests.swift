@@ -3,10 +3,10 @@ import Testing
 import TokenRegistryTesting
 
 /// Nothing of project A is reachable with credentials of project B, on any route.
-@Suite("Cross-project isolation", .enabled(if: TestDatabase.isAvailable))
+@Suite("Cross-project isolation")
 struct IsolationTests {
     @Test func credentialsOfAnotherProjectAreRefusedEverywhere() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let a = try await s.createInstallation()
             let b = try await s.addProject(id: "project-b", number: 424_242)
             let bInstall = try await s.request(

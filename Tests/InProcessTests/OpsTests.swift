@@ -5,12 +5,12 @@ import TokenRegistryTesting
 
 @testable import API
 
-@Suite("Ops routes and errors", .enabled(if: TestDatabase.isAvailable))
+@Suite("Ops routes and errors")
 struct OpsTests {
     /// `/healthz` and `/openapi.yaml` are answered on the event loop (immediate routes): the same answer, request id
     /// and metrics as any route, with a query string and for a HEAD too.
     @Test func immediateRoutesAnswerAsAnyRoute() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             for (method, path) in [("GET", "/healthz"), ("HEAD", "/healthz"), ("GET", "/healthz?probe=1")] {
                 let reply = try await s.request(method, path, headers: ["X-Request-Id": "imm-\(method)"])
                 #expect(reply.status == 200, "\(method) \(path)")
@@ -26,48 +26,8 @@ struct OpsTests {
         }
     }
 
-    @Test func healthReadinessMetrics() async throws {
-        try await TestService.with { s in
-            #expect(try await s.request("GET", "/healthz").status == 200)
-            #expect(try await s.request("HEAD", "/healthz").status == 200)
-            #expect(try await s.request("GET", "/readyz").json?["status"]?.stringValue == "ready")
-            _ = try await s.createInstallation()
-            let metrics = try await s.request("GET", "/metrics")
-            #expect(metrics.status == 200)
-            #expect(
-                metrics.text.contains(
-                    "http_requests_total{method=\"POST\",route=\"/v1/projects/{project}/installations\",status=\"200\"} 1"
-                ))
-            #expect(
-                metrics.text.contains(
-                    "http_request_duration_seconds_bucket{route=\"/v1/projects/{project}/installations\",le=\"+Inf\"} 1"
-                ))
-            #expect(metrics.text.contains("http_open_connections"))
-            #expect(metrics.text.contains("db_pool_connections{state=\"idle\"}"))
-            // The installation was written by group commit: one transaction, one write.
-            #expect(metrics.text.contains("db_group_commit_transactions_total 1\n"))
-            #expect(metrics.text.contains("db_group_commit_writes_total 1\n"))
-            #expect(metrics.text.contains("db_group_commit_retried_alone_total 0\n"))
-        }
-    }
-
-    /// Handlers' statements run on connections placed on the HTTP event loops (no thread per connection, no hop
-    /// per query); connections the service opened before its loops started are replaced as they come back.
-    @Test func requestsRunOnConnectionsOfTheEventLoops() async throws {
-        try await TestService.with { s in
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for _ in 0..<16 { group.addTask { _ = try await s.createInstallation() } }
-                try await group.waitForAll()
-            }
-            let statistics = s.pool.statistics
-            #expect(statistics.inUse == 0)
-            #expect(statistics.idle > 0)
-            #expect(statistics.idleOnLoops == statistics.idle)
-        }
-    }
-
     @Test func unknownRoutesAndMethodsAnswerGoogleStyleJSON() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let missing = try await s.request("GET", "/nope")
             #expect(missing.status == 404)
             #expect(missing.errorCode == 404)
@@ -80,7 +40,7 @@ struct OpsTests {
     }
 
     @Test func requestIDsAreEchoedOrMinted() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             #expect(
                 try await s.request("GET", "/healthz", headers: ["X-Request-Id": "abc-123"]).header("x-request-id")
                     == "abc-123")
@@ -90,17 +50,6 @@ struct OpsTests {
         }
     }
 
-    @Test func readinessFalseWhileDraining() async throws {
-        try await TestService.with { s in
-            let client = try RawHTTPClient(port: s.port)
-            try await client.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            _ = try await client.readResponse()
-            let drain = Task { await s.app.shutdown() }
-            try await Task.sleep(for: .milliseconds(50))
-            #expect(s.app.isDraining)
-            await drain.value
-        }
-    }
 }
 
 /// The database's gauges for `/metrics` are read once per interval, however many scrapes arrive at once.

@@ -9,12 +9,16 @@ import TokenRegistryTesting
 @testable import API
 
 /// The FIS v1 routes, row by row of the reference's §1.9 checklist, with each real client's request shape.
-@Suite("Installations (FIS v1)", .enabled(if: TestDatabase.isAvailable))
+@Suite("Installations (FIS v1)")
 struct InstallationsTests {
     static let validFID22 = "dIsVQ2QVRT-TsRovAPrE3U"
     static let validFID11 = "fAbCdEfGh_1"
 
-    func checkCreated(_ reply: Reply, service: TestService) throws -> (fid: String, refresh: String, token: String) {
+    static let unacceptableFIDs: [String] = [
+        "", "d+HpS5GGsk4TIJxfsyPF3wA=", "aIsVQ2QVRT-TsRovAPrE3U", "short", "dIsVQ2QVRT-TsRovAPrE3U-toolong", "ë",
+    ]
+
+    func checkCreated(_ reply: Reply, service: InProcessService) throws -> (fid: String, refresh: String, token: String) {
         #expect(reply.status == 200, "\(reply)")
         let json = try #require(reply.json)
         let fid = try #require(json["fid"]?.stringValue)
@@ -27,7 +31,7 @@ struct InstallationsTests {
     }
 
     @Test func jsShapedCreateKeepsAValidFID() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let reply = try await s.request(
                 "POST", "/v1/projects/\(s.project.id)/installations",
                 headers: ["x-goog-api-key": s.web.apiKey, "Accept": "application/json"],
@@ -41,7 +45,7 @@ struct InstallationsTests {
     }
 
     @Test func iosShapedCreateWithTrailingSlashAndProjectNumber() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let reply = try await s.request(
                 "POST", "/v1/projects/\(s.project.number)/installations/",
                 headers: ["X-Goog-Api-Key": s.ios.apiKey, "X-Ios-Bundle-Identifier": "com.example.app"],
@@ -67,40 +71,9 @@ struct InstallationsTests {
         }
     }
 
-    @Test func androidShapedCreateIsGzipped() async throws {
-        try await TestService.with { s in
-            let body: JSONValue = [
-                "fid": "cXyZ0123456789abcdefgh", "appId": .string(s.android.id), "authVersion": "FIS_v2",
-                "sdkVersion": "a:19.1.3",
-            ]
-            let reply = try await s.request(
-                "POST", "/v1/projects/\(s.project.id)/installations",
-                headers: [
-                    "x-goog-api-key": s.android.apiKey, "Content-Type": "application/json",
-                    "Content-Encoding": "gzip", "Cache-Control": "no-cache",
-                    "X-Android-Package": "com.example.app", "X-Android-Cert": "AB12CD",
-                ],
-                body: Gzip.compress(body.encoded()))
-            let created = try checkCreated(reply, service: s)
-            #expect(created.fid == "cXyZ0123456789abcdefgh")
-            let generated = try await s.request(
-                "POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
-                headers: [
-                    "Authorization": "FIS_v2 \(created.refresh)", "x-goog-api-key": s.android.apiKey,
-                    "Content-Encoding": "gzip",
-                ],
-                body: Gzip.compress(Array(#"{"installation":{"sdkVersion":"a:19.1.3"}}"#.utf8)))
-            #expect(generated.status == 200, "\(generated)")
-        }
-    }
-
-    static let unacceptableFIDs: [String] = [
-        "", "d+HpS5GGsk4TIJxfsyPF3wA=", "aIsVQ2QVRT-TsRovAPrE3U", "short", "dIsVQ2QVRT-TsRovAPrE3U-toolong", "ë",
-    ]
-
     @Test(arguments: unacceptableFIDs)
     func unacceptableFIDsAreReplaced(_ sent: String) async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             // firebase-messaging sends JSON as text/plain with a padded standard-base64 FID.
             let reply = try await s.request(
                 "POST", "/v1/projects/\(s.project.id)/installations",
@@ -115,7 +88,7 @@ struct InstallationsTests {
     }
 
     @Test func missingOrNullFIDIsGenerated() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             for body: JSONValue in [["appId": .string(s.web.id)], ["appId": .string(s.web.id), "fid": nil]] {
                 let reply = try await s.request(
                     "POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.web.apiKey],
@@ -126,7 +99,7 @@ struct InstallationsTests {
     }
 
     @Test func anFIDInUseOrDeletedIsNeverHandedOutAgain() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let first = try await s.createInstallation(fid: Self.validFID22)
             #expect(first.fid == Self.validFID22)
             let second = try await s.createInstallation(fid: Self.validFID22)
@@ -141,7 +114,7 @@ struct InstallationsTests {
     }
 
     @Test func authTokenIsAnES256JWTWithFirebaseClaims() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let created = try await s.createInstallation()
             let parts = try #require(JWS.parse(created.authToken))
             let header = try JSONParser.parse(parts.header)
@@ -164,7 +137,7 @@ struct InstallationsTests {
     }
 
     @Test func generateRejectsWrongTokensWithCodeEqualToStatus() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let created = try await s.createInstallation()
             let path = "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate"
             let wrong = try await s.request(
@@ -185,7 +158,7 @@ struct InstallationsTests {
     }
 
     @Test func deleteReturnsEmptyObjectAndTokensStopAtOnce() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let created = try await s.createInstallation()
             let consentPath = "/v1/projects/\(s.project.id)/installations/\(created.fid)/consent"
             #expect(
@@ -216,7 +189,7 @@ struct InstallationsTests {
     }
 
     @Test func serverAndAdminDeletes() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let created = try await s.createInstallation()
             let admin = "/v1/project/\(s.project.id)/instanceId/\(created.fid)"
             #expect(try await s.request("DELETE", admin).status == 401)
@@ -238,7 +211,7 @@ struct InstallationsTests {
     }
 
     @Test func apiKeyAndAppChecks() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let other = try await s.addProject(id: "other-proj", number: 99_999)
             let path = "/v1/projects/\(s.project.id)/installations"
             let body: JSONValue = ["appId": .string(s.web.id), "authVersion": "FIS_v2"]
@@ -277,7 +250,7 @@ struct InstallationsTests {
 
     @Test(arguments: badBodies)
     func malformedBodiesGet400NamingTheField(_ bad: (String, String)) async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let reply = try await s.request(
                 "POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.web.apiKey],
                 body: Array(bad.0.utf8))
@@ -288,7 +261,7 @@ struct InstallationsTests {
     }
 
     @Test func creationIsRateLimitedWithRetryAfter() async throws {
-        try await TestService.with(configure: { $0.createRatePerAddress = 1 }) { s in
+        try await InProcessService.with(configure: { $0.createRatePerAddress = 1 }) { s in
             var statuses: [Int] = []
             for _ in 0..<4 {
                 let r = try await s.request(
@@ -306,7 +279,7 @@ struct InstallationsTests {
     }
 
     @Test func rotatedKeysKeepOldTokensValid() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let created = try await s.createInstallation()
             let oldKid = try JSONParser.parse(try #require(JWS.parse(created.authToken)).header)["kid"]?.stringValue
             let newKid = try await s.app.tokens.rotate()
@@ -326,7 +299,7 @@ struct InstallationsTests {
     }
 
     @Test func lastSeenIsNotWrittenOnEveryRequest() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let created = try await s.createInstallation()
             let before = try await s.app.installations.find(project: s.project, fid: created.fid)
             for _ in 0..<3 {
@@ -341,7 +314,7 @@ struct InstallationsTests {
 
     @Test func lastSeenIsWrittenOnceItIsAnHourOld() async throws {
         let clock = ManualClock(Date())
-        try await TestService.with(clock: clock) { s in
+        try await InProcessService.with(clock: clock) { s in
             let created = try await s.createInstallation()
             clock.advance(by: 2 * 3600)
             _ = try await s.request(

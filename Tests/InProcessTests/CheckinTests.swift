@@ -6,7 +6,7 @@ import TokenRegistryTesting
 /// FirebaseMessaging on iOS, default token path (no FID mode): check-in, token registration, topics and delete,
 /// with the SDK's exact form fields (FIRMessagingTokenFetchOperation, FIRMessagingTopicOperation,
 /// FIRMessagingTokenDeleteOperation); and the GCM form with the protobuf check-in.
-@Suite("Register API (check-in, register, iid/register)", .enabled(if: TestDatabase.isAvailable))
+@Suite("Register API (check-in, register, iid/register)")
 struct CheckinTests {
     static let apnsHex = "1f2e3d4c5b6a79880123456789abcdef1f2e3d4c5b6a79880123456789abcdef"
 
@@ -19,7 +19,7 @@ struct CheckinTests {
             }.joined(separator: "&").utf8)
     }
 
-    func checkIn(_ s: TestService) async throws -> (id: String, secret: String) {
+    func checkIn(_ s: InProcessService) async throws -> (id: String, secret: String) {
         let reply = try await s.request(
             "POST", "/checkin", headers: ["content-type": "application/json"],
             json: [
@@ -37,7 +37,7 @@ struct CheckinTests {
     }
 
     func register(
-        _ s: TestService, _ device: (id: String, secret: String), _ i: CreatedInstallationReply,
+        _ s: InProcessService, _ device: (id: String, secret: String), _ i: CreatedInstallationReply,
         extra: [(String, String)] = [], secret: String? = nil, gmpAppID: String? = nil
     ) async throws -> Reply {
         let overridden = Set(extra.map(\.0))
@@ -59,7 +59,7 @@ struct CheckinTests {
     }
 
     @Test func theIOSDefaultTokenPath() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let device = try await checkIn(s)
             let i = try await s.createInstallation(app: s.ios)
             let registered = try await register(s, device, i)
@@ -94,7 +94,7 @@ struct CheckinTests {
     }
 
     @Test func badCredentialsAndOtherInstallationsAreRefusedInPlainText() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             let device = try await checkIn(s)
             let i = try await s.createInstallation(app: s.ios)
             let wrong = try await register(s, device, i, secret: "12345")
@@ -125,7 +125,7 @@ struct CheckinTests {
     }
 
     @Test func theGCMFormWithAProtobufCheckin() async throws {
-        try await TestService.with { s in
+        try await InProcessService.with { s in
             // AndroidCheckinRequest: checkin{type: DEVICE_CHROME_BROWSER}, version 3, user_serial_number 0.
             let request: [UInt8] = [0x22, 0x02, 0x60, 0x03, 0x70, 0x03, 0xb0, 0x01, 0x00]
             let reply = try await s.request(

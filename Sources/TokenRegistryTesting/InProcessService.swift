@@ -1,0 +1,133 @@
+import API
+import Foundation
+import HTTP
+import JSON
+import Registry
+import Synchronization
+
+/// What an ``InProcessService`` answered, by route: which routes a test reached, and with what.
+public final class Exchanges: Sendable {
+    private let log = Mutex<[(route: String, status: Int)]>([])
+
+    func record(route: String, status: Int) { log.withLock { $0.append((route, status)) } }
+
+    /// `"METHOD template"` of every route answered with `status` in `statuses`.
+    public func routes(answered statuses: ClosedRange<Int>) -> Set<String> {
+        Set(log.withLock { $0 }.filter { statuses.contains($0.status) }.map(\.route))
+    }
+}
+
+/// The service in memory: the production ``Responder`` over the in-memory stores (``InMemoryStores``), driven by
+/// requests made in memory: no socket, no PostgreSQL. Every route, its principal and its error shapes are exercised
+/// here in milliseconds; what needs the wire, SQL or real concurrency stays in the live tier (``TestService``).
+///
+/// It is seeded as ``TestService`` is (a project, a web, iOS and Android app, and a web app whose installations start
+/// opted out), and offers the same request helpers, so a test reads the same in either tier.
+public struct InProcessService: Sendable {
+    public let app: Application
+    public let stores: InMemoryStores
+    /// Where deletion notices go: answers from a script per endpoint (200 by default), and records what it was sent.
+    public let transport: ScriptedTransport
+    public let project: Project
+    public let serverKey: String
+    public let web: App
+    public let ios: App
+    public let android: App
+    public let consentFirst: App
+    public var clock: any Clock { app.clock }
+    /// Every request answered, by route.
+    public let exchanges = Exchanges()
+    /// The address requests come from (per-address limits count it).
+    public var remoteAddress = "127.0.0.1:40000"
+
+    /// Runs `body` against a fresh service in memory.
+    public static func with(
+        configure: (inout Configuration) -> Void = { _ in }, clock: any Clock = SystemClock(),
+        logger: Logger = Logger(level: .error), _ body: (InProcessService) async throws -> Void
+    ) async throws {
+        var configuration = Configuration(http: .init(host: "127.0.0.1", port: 0, eventLoops: 1))
+        configuration.deletionPolicy.endpoints.allowPrivate = true
+        configure(&configuration)
+        let stores = InMemoryStores(clock: clock)
+        let transport = ScriptedTransport()
+        let app = try await Application.build(
+            configuration: configuration, stores: stores.stores, clock: clock, logger: logger,
+            transport: transport, resolver: StaticResolver())
+        let project = Project(id: "demo-proj", number: 123_456_789_012)
+        let key = try await app.catalog.createProject(id: project.id, number: project.number)
+        let web = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
+        let ios = try await app.catalog.createApp(
+            project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: true)
+        let android = try await app.catalog.createApp(
+            project: project, platform: .android, bundleID: "com.example.app", autoInitDefault: true)
+        let consentFirst = try await app.catalog.createApp(
+            project: project, platform: .web, bundleID: nil, autoInitDefault: false)
+        try await body(
+            InProcessService(
+                app: app, stores: stores, transport: transport, project: project, serverKey: key, web: web, ios: ios, android: android,
+                consentFirst: consentFirst))
+    }
+
+    /// Answers one request through the responder, as the server would: the immediate path first, then the task path.
+    ///
+    /// It never throws (no socket can fail); it is `throws` so that a test reads the same in either tier.
+    public func request(_ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8]? = nil)
+        async throws -> Reply
+    {
+        var fields = HTTPHeaders()
+        fields.add(name: "host", value: "registry.test")
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) { fields.add(name: name.lowercased(), value: value) }
+        if let body { fields.add(name: "content-length", value: String(body.count)) }
+        var request = HTTPRequest(method: method, target: path, headers: fields, body: body ?? [])
+        request.remoteAddress = remoteAddress
+        let response: HTTPResponse
+        if let immediate = app.responder.respondImmediately(to: request) {
+            response = immediate
+        } else {
+            response = await app.responder.respond(to: request)
+        }
+        if let route = app.responder.route(method: method, path: request.path) {
+            exchanges.record(route: "\(route.method) \(route.template)", status: response.status)
+        }
+        return Reply(
+            raw: RawResponse(
+                status: response.status, headers: response.headers.fields,
+                body: method == "HEAD" ? [] : response.body))
+    }
+
+    public func request(_ method: String, _ path: String, headers: [String: String] = [:], json: JSONValue)
+        async throws -> Reply
+    {
+        var all = headers
+        if all["Content-Type"] == nil { all["Content-Type"] = "application/json" }
+        return try await request(method, path, headers: all, body: json.encoded())
+    }
+
+    /// Adds a second project (for isolation tests).
+    public func addProject(id: String, number: Int64) async throws -> (project: Project, serverKey: String, app: App) {
+        let key = try await app.catalog.createProject(id: id, number: number)
+        let project = Project(id: id, number: number)
+        let web = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
+        return (project, key, web)
+    }
+
+    /// Server-key headers for this service's project.
+    public var serverHeaders: [String: String] { ["Authorization": "Bearer \(serverKey)"] }
+
+    /// Creates an installation through the FIS route, as the JS SDK does.
+    public func createInstallation(project: Project? = nil, app: App? = nil, fid: String? = nil) async throws
+        -> CreatedInstallationReply
+    {
+        let app = app ?? web
+        let reply = try await request(
+            "POST", "/v1/projects/\((project ?? self.project).id)/installations", headers: ["x-goog-api-key": app.apiKey],
+            json: [
+                "fid": fid.map { .string($0) } ?? .string(""), "authVersion": "FIS_v2", "appId": .string(app.id),
+                "sdkVersion": "w:0.6.24",
+            ])
+        guard reply.status == 200, let json = reply.json, let fid = json["fid"]?.stringValue,
+            let refresh = json["refreshToken"]?.stringValue, let token = json["authToken"]?["token"]?.stringValue
+        else { throw ReplyError(reply: reply) }
+        return CreatedInstallationReply(fid: fid, refreshToken: refresh, authToken: token)
+    }
+}

@@ -1,0 +1,147 @@
+import Foundation
+import JSON
+import Registry
+import Testing
+import TokenRegistryTesting
+
+/// Every route of the table answers its success path in process, and refuses every credential its principal does not
+/// accept. Both are checked against the route table itself: a route added without a success here, or whose
+/// principal lets a stranger through, fails this suite.
+@Suite("Every route, in process")
+struct EveryRouteTests {
+    @Test func everyRouteAnswersItsSuccessPath() async throws {
+        try await World.with { w in
+            try await Self.exerciseEveryRoute(w)
+            let answered = w.s.exchanges.routes(answered: 200...299)
+            let table = Set(w.s.app.routeTable.map { "\($0.method) \($0.template)" })
+            #expect(table.subtracting(answered).sorted() == [], "routes with no in-process success")
+            #expect(table.count >= 45)
+        }
+    }
+
+    /// One success of each route, in an order where each finds what it needs.
+    static func exerciseEveryRoute(_ w: World) async throws {
+        let s = w.s
+        let base = w.base
+        // Ops.
+        try await w.ok("GET", "/healthz")
+        try await w.ok("GET", "/readyz")
+        try await w.ok("GET", "/metrics", headers: ["Authorization": "Bearer in-process-metrics"])
+        try await w.ok("GET", "/.well-known/jwks.json")
+        try await w.ok("GET", "/openapi.yaml")
+        // Firebase Installations.
+        let i = try await s.createInstallation()
+        try await w.ok(
+            "POST", "\(base)/installations/\(i.fid)/authTokens:generate",
+            headers: ["Authorization": "FIS_v2 \(i.refreshToken)", "x-goog-api-key": s.web.apiKey],
+            json: ["installation": ["sdkVersion": "w:0.6.24"]])
+        // Consent, by the installation and by the backend.
+        try await w.ok("PUT", "\(base)/installations/\(i.fid)/consent", headers: w.fis(i), json: ["autoInitEnabled": true])
+        try await w.ok("GET", "\(base)/installations/\(i.fid)/consent?view=history", headers: w.server)
+        // Registrations.
+        let registered = try await w.ok("POST", "\(base)/registrations", headers: w.fis(i), json: World.webBody)
+        let token = try #require(registered.json?["token"]?.stringValue)
+        try await w.ok("PATCH", "\(base)/registrations/\(token)", headers: w.fis(i), json: World.webBody)
+        try await w.ok("GET", "\(base)/registrations/\(token):sendability", headers: w.server)
+        try await w.ok(
+            "PUT", "\(base)/installations/\(i.fid)/registration", headers: w.server,
+            json: ["token": .string(token), "platform": "web"])
+        // Topics, by the backend (FCM v1 shape) and by the client.
+        let subscriptions = "\(base)/registrations/\(token)/topicSubscriptions"
+        try await w.ok("POST", subscriptions, headers: w.server, json: ["topicName": "news"])
+        try await w.ok("GET", subscriptions, headers: w.server)
+        try await w.ok("GET", "\(subscriptions)/news", headers: w.server)
+        try await w.ok("PATCH", "\(subscriptions)/sport?allowMissing=true", headers: w.server, json: [:])
+        try await w.ok("DELETE", "\(subscriptions)/sport", headers: w.server)
+        let own = "\(base)/registrations/\(i.fid)/topicSubscriptions"
+        try await w.ok("POST", "\(own)/weather:subscribe", headers: w.fis(i), json: [:])
+        try await w.ok("POST", "\(own)/weather:unsubscribe", headers: w.fis(i), json: [:])
+        let members = try await w.ok("GET", "\(base)/topics/news/registrations", headers: w.server)
+        #expect(members.text.contains(i.fid))
+        try await w.ok("POST", "\(base)/targets:resolve", headers: w.server, json: ["condition": "'news' in topics"])
+        // The Instance ID API.
+        try await w.ok(
+            "POST", "/iid/v1:batchAdd", headers: w.server,
+            json: ["to": "/topics/offers", "registration_tokens": [.string(token)]])
+        try await w.ok(
+            "POST", "/iid/v1:batchRemove", headers: w.server,
+            json: ["to": "/topics/offers", "registration_tokens": [.string(token)]])
+        try await w.ok("POST", "/iid/v1/\(token)/rel/topics/offers", headers: w.server)
+        try await w.ok("DELETE", "/iid/v1/\(token)/rel/topics/offers", headers: w.server)
+        try await w.ok("GET", "/iid/info/\(token)?details=true", headers: w.server)
+        try await w.ok(
+            "POST", "/iid/v1:batchImport", headers: w.server,
+            json: ["application": "com.example.app", "sandbox": true, "apns_tokens": ["ABCDEF0123"]])
+        // The register API: a check-in, an iOS installation's token, a GCM-form token, a topic.
+        let aid = try await w.checkIn()
+        let ios = try await s.createInstallation(app: s.ios)
+        let form: [(String, String)] = [
+            ("app", "com.example.app"), ("sender", "123456789012"), ("X-subtype", "123456789012"), ("appid", ios.fid),
+            ("apns_token", "p_" + String(repeating: "ab", count: 32)), ("gmp_app_id", s.ios.id),
+        ]
+        let iosToken = try await w.ok(
+            "POST", "/register",
+            headers: [
+                "Authorization": aid, "x-goog-firebase-installations-auth": ios.authToken,
+                "Content-Type": "application/x-www-form-urlencoded",
+            ], body: World.form(form))
+        let registeredIOS = String(iosToken.text.dropFirst(6).prefix { $0 != "\n" })
+        try await w.ok(
+            "POST", "/iid/register", headers: ["Authorization": aid, "Content-Type": "application/x-www-form-urlencoded"],
+            body: World.form([("sender", registeredIOS), ("X-gcm.topic", "/topics/news")]))
+        let gcmDevice = try await w.checkIn()
+        try await w.ok(
+            "POST", "/c2dm/register3",
+            headers: ["Authorization": gcmDevice, "Content-Type": "application/x-www-form-urlencoded"],
+            body: World.form([("app", "org.chromium.linux"), ("X-subtype", "wp:https://example.com/#1")]))
+        // A service account's token.
+        try await w.ok(
+            "POST", "/token", headers: ["Content-Type": "application/x-www-form-urlencoded"],
+            body: World.form([
+                ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", try await w.assertion()),
+            ]))
+        // Linked services, deletions, an acknowledgement and the change feed.
+        try await w.ok(
+            "POST", "\(base)/linkedServices", headers: w.server,
+            json: ["name": "mail", "endpoint": "https://mail.example/hook"])
+        try await w.ok("GET", "\(base)/linkedServices", headers: w.server)
+        try await w.ok("GET", "\(base)/linkedServices/mail", headers: w.server)
+        try await w.ok("POST", "\(base)/linkedServices/mail:rotateSecret", headers: w.server)
+        try await w.ok("DELETE", "\(base)/linkedServices/mail", headers: w.server)
+        let rotation = Array("{}".utf8)
+        let rotated = try await w.ok(
+            "POST", "\(base)/linkedServices/crm:rotateSecret",
+            headers: ["Registry-Signature": w.signature(rotation, for: .rotation(project: w.project, service: "crm"))],
+            body: rotation)
+        let secret = try #require(rotated.json?["secret"]?.stringValue)
+        s.transport.answer("https://crm.example/hook", .status(202))
+        let deleted = try await s.createInstallation()
+        try await w.ok(
+            "DELETE", "\(base)/installations/\(deleted.fid)",
+            headers: ["Authorization": "FIS_v2 \(deleted.refreshToken)", "x-goog-api-key": s.web.apiKey])
+        let byServer = try await s.createInstallation()
+        try await w.ok("DELETE", "/v1/project/\(w.project)/instanceId/\(byServer.fid)", headers: w.server)
+        _ = try await s.app.jobs.deliverDue()
+        let notice = try #require(
+            s.transport.sent.last {
+                (try? JSONParser.parse($0.body))?["fid"]?.stringValue == deleted.fid
+            })
+        let deliveryID = try #require(try JSONParser.parse(notice.body)["deliveryId"]?.stringValue)
+        let ack = JSONValue.object([("deliveryId", .string(deliveryID))]).encoded()
+        try await w.ok(
+            "POST", "\(base)/deletions/\(deleted.fid)/acks/crm",
+            headers: [
+                "Registry-Signature": w.signature(
+                    ack,
+                    for: .acknowledgement(project: w.project, fid: deleted.fid, service: "crm", deliveryID: deliveryID),
+                    secret: secret),
+                "Content-Type": "application/json",
+            ], body: ack)
+        let receipt = try await w.ok("GET", "\(base)/deletions/\(deleted.fid)", headers: w.server)
+        #expect(receipt.json?["services"]?.arrayValue?.first?["state"]?.stringValue == "acknowledged")
+        try await w.ok("GET", "\(base)/deletions?state=pending", headers: w.server)
+        try await w.ok("GET", "\(base)/events?waitSeconds=0", headers: w.server)
+        // Last, what removes: the registration, by its installation.
+        try await w.ok("DELETE", "\(base)/registrations/\(token)", headers: w.fis(i))
+    }
+}
