@@ -43,6 +43,27 @@ struct ProcessTests {
         #expect(service.log.contains("\"msg\":\"stopped\""))
     }
 
+    @Test func aSecondSIGTERMEndsTheDrainAtOnce() async throws {
+        let url = try await TestDatabase.create()
+        defer { Task { await TestDatabase.drop(url) } }
+        let env = ["DATABASE_URL": url, "LOG_LEVEL": "info", "DRAIN_TIMEOUT_SECONDS": "120"]
+        let service = try ServiceProcess(environment: env)
+        try await service.waitForReadiness()
+        // A request the drain would wait for: its head is sent, its body never is.
+        let client = try RawHTTPClient(port: service.port)
+        try await client.send(Array("POST /checkin HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{".utf8))
+        try await Task.sleep(for: .milliseconds(200))
+        service.signal(SIGTERM)
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(throws: (any Error).self) { _ = try RawHTTPClient(port: service.port) }
+        let forced = ContinuousClock.now
+        service.signal(SIGTERM)
+        #expect(try await service.waitForExit(timeout: 10) == 0)
+        #expect(ContinuousClock.now - forced < .seconds(5), "the second signal ends a 120 s drain")
+        #expect(service.log.contains("second signal: stopping now"))
+        #expect(service.log.contains("\"msg\":\"stopped\""))
+    }
+
     @Test func readinessFollowsTheDatabase() async throws {
         try await Self.stopAbandonedClusters()
         // Named by this process, so a later run can tell the cluster was abandoned if this one dies mid-test.
