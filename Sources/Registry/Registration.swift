@@ -134,6 +134,14 @@ public enum RefreshOutcome: String, Sendable {
         return incoming >= stored
     }
 
+    /// What a written refresh was: the installation's first token, the same token again, a new one in place of
+    /// `previous`, or a token taken from another installation. Every store names its writes by this.
+    public static func of(previous: String?, incoming: String, movedFromAnother: Bool) -> RefreshOutcome {
+        if movedFromAnother { return .moved }
+        guard let previous else { return .created }
+        return previous == incoming ? .refreshed : .superseded
+    }
+
     /// How far ahead of the database's clock a `clientTime` may be (clients' clocks drift; a time far ahead would
     /// pin the registration against every later refresh).
     public static let maxClientTimeAhead: Double = 300

@@ -24,21 +24,12 @@ struct PostgresRegistrationStore: RegistrationStore {
                 """, key: r.projectID + "/" + r.fid
             ).first
         else { throw RegistryError(.internal, "registry_register returned no row") }
-        switch try row.require("outcome") as String {
-        case "not_found": return .installationNotFound
-        case "consent_off": return .consentOff
-        case "written":
+        switch try RegisterOutcome(row) {
+        case .notFound: return .installationNotFound
+        case .consentOff: return .consentOff
+        case .written:
             return .stored(try Self.decode(row), try row.require("existed", as: Bool.self) ? .refreshed : .created)
-        case let other: throw RegistryError(.internal, "registry_register answered \(other.prefix(32))")
         }
-    }
-
-    static func messagingConsent(projectID: String, fid: String, on c: PostgresConnection) async throws -> Bool {
-        try await c.query(
-            """
-            SELECT granted FROM consents WHERE project_id = \(projectID) AND fid = \(fid) AND purpose = \(ConsentService.messaging)
-            """
-        ).first?.require("granted", as: Bool.self) ?? false
     }
 
     /// Inserts or updates the installation's registration. With `keepToken` an existing registration keeps its

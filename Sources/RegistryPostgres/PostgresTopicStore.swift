@@ -71,16 +71,7 @@ struct PostgresTopicStore: TopicStore {
                 """, key: projectID + "/" + fid
             ).first
         else { throw RegistryError(.internal, "registry_subscribe returned no row") }
-        let result: SubscribeResult
-        switch try row.require("outcome", as: String.self) {
-        case "added": result = .added
-        case "already_exists": result = .alreadyExists
-        case "not_found": result = .notFound
-        case "no_consent": result = .noConsent
-        case "too_many_topics": result = .tooManyTopics
-        case let other: throw RegistryError(.internal, "registry_subscribe answered \(other.prefix(32))")
-        }
-        return (result, try row.decode("since", as: Date.self))
+        return (try SubscribeOutcome(row).result, try row.decode("since", as: Date.self))
     }
 
     func remove(projectID: String, fids: [String], topic: String) async throws -> Set<String> {

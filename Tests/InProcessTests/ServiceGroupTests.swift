@@ -82,7 +82,8 @@ struct ServiceGroupTests {
         group.shutdown()
         try await running
         let took = ContinuousClock.now - asked
-        #expect(took >= .milliseconds(300) && took < .seconds(3), "\(took)")
+        // Bounded by the deadline, not by the part (a loaded machine may add seconds, never the part's forever).
+        #expect(took >= .milliseconds(300) && took < .seconds(60), "\(took)")
         #expect(log.all.contains("ended stuck (cancelled)"))
         #expect(log.all.contains("stop a"), "the parts before it still stop")
     }
@@ -90,17 +91,20 @@ struct ServiceGroupTests {
     @Test func aSecondShutdownForcesAStopThatHangs() async throws {
         let log = Log()
         let group = ServiceGroup(
-            [Part("pools", log: log), Part("http", log: log, stopHangs: true)], drain: .seconds(60),
+            [Part("pools", log: log), Part("http", log: log, stopHangs: true)], drain: .seconds(600),
             logger: Logger(level: .error))
         async let running: Void = group.run()
         #expect(await group.waitUntilStarted())
         group.shutdown()
-        try await Task.sleep(for: .milliseconds(100))
+        let asked = ContinuousClock.now
+        while !log.all.contains("stop http") && ContinuousClock.now - asked < .seconds(30) {
+            try await Task.sleep(for: .milliseconds(10))
+        }
         #expect(log.all.last == "stop http", "the graceful stop is under way, and hangs")
         let forced = ContinuousClock.now
         group.shutdown()
         try await running
-        #expect(ContinuousClock.now - forced < .seconds(3))
+        #expect(ContinuousClock.now - forced < .seconds(60), "long before the 600 s drain deadline")
         #expect(log.all.contains("stop http cancelled"))
         #expect(log.all.contains("stop pools"), "the parts before it are still stopped, at once")
     }

@@ -44,13 +44,19 @@ public final class ServiceGroup: Sendable {
         self.whenStopping = whenStopping
     }
 
-    /// Asks the group to stop: the first call gracefully, a later one by force.
+    /// Asks the group to stop: the first call gracefully (``whenStopping`` runs before it returns), a later one by
+    /// force.
     public func shutdown() {
         let count = requested.withLock { n -> Int in
             n += 1
             return n
         }
-        if count == 1 { graceful.open() } else { forced.open() }
+        if count == 1 {
+            whenStopping()
+            graceful.open()
+        } else {
+            forced.open()
+        }
     }
 
     /// Waits until every service has started (true), or the group failed to start or stopped first (false).
@@ -88,7 +94,8 @@ public final class ServiceGroup: Sendable {
                 }
             }
             await graceful.wait()
-            whenStopping()
+            // Cancelled rather than asked: the stop still begins by turning readiness false.
+            if requested.withLock({ $0 }) == 0 { whenStopping() }
             await stop(up, finished: finished)
             group.cancelAll()
         }

@@ -247,8 +247,7 @@ extension InMemoryStores: RegistrationStore {
         var stored = r
         if let current, current.token == r.token { stored.createdAt = current.createdAt }
         registrations[key] = stored
-        let outcome: RefreshOutcome =
-            holder != nil ? .moved : current == nil ? .created : current?.token == r.token ? .refreshed : .superseded
+        let outcome = RefreshOutcome.of(previous: current?.token, incoming: r.token, movedFromAnother: holder != nil)
         emit(
             outcome == .moved ? .registrationMoved : current == nil ? .registrationCreated : .registrationRefreshed,
             r.projectID, r.fid)
