@@ -34,7 +34,7 @@ public final class Application: Sendable {
     public var targeting: TargetingService { services.targeting }
     public var deletions: DeletionService { services.deletions }
     public var jobs: Jobs { services.jobs }
-    public var clock: any Clock { services.clock }
+    public var clock: any WallClock { services.clock }
 
     /// Assembles the service on `stores` (already migrated).
     ///
@@ -42,7 +42,7 @@ public final class Application: Sendable {
     ///   query then runs on the loop that serves its request).
     public static func build(
         configuration: Configuration, stores: RegistryStores, reads: RegistryStores? = nil,
-        clock: any Clock = SystemClock(), logger: Logger? = nil, transport: (any DeliveryTransport)? = nil,
+        clock: any WallClock = SystemClock(), logger: Logger? = nil, transport: (any DeliveryTransport)? = nil,
         resolver: any HostResolver = SystemResolver(), pools: @escaping @Sendable ([EventLoop]) -> Void = { _ in }
     ) async throws -> Application {
         // The jobs run on the database's clock, unless the service was given a clock of its own to live by (an

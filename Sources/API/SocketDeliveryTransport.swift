@@ -23,7 +23,7 @@ public struct SystemResolver: HostResolver {
                 var addresses: [IPAddress] = []
                 var node: UnsafeMutablePointer<addrinfo>? = first
                 while let entry = node {
-                    if let address = SocketAddress.ip(entry.pointee.ai_addr), !addresses.contains(address) {
+                    if let address = Sockaddr.ip(entry.pointee.ai_addr), !addresses.contains(address) {
                         addresses.append(address)
                     }
                     node = entry.pointee.ai_next
@@ -184,7 +184,7 @@ enum OutboundRequest {
 
     static func connect(_ address: IPAddress, port: Int, deadline: UInt64) -> Result<Int32, ConnectFailure> {
         var storage = sockaddr_storage()
-        let length = SocketAddress.fill(&storage, address, port: port)
+        let length = Sockaddr.fill(&storage, address, port: port)
         let fd = socket(
             Int32(storage.ss_family),
             Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
@@ -258,7 +258,7 @@ enum OutboundRequest {
 }
 
 /// Socket address conversions.
-enum SocketAddress {
+enum Sockaddr {
     static func ip(_ address: UnsafeMutablePointer<sockaddr>?) -> IPAddress? {
         guard let address else { return nil }
         switch Int32(address.pointee.sa_family) {

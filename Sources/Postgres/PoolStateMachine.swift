@@ -90,6 +90,34 @@ public struct PoolStateMachine<Connection> {
     }
 
     /// A connection comes back. `reusable` is false when it broke or was left inside a transaction.
+    /// What a released connection is like, for the machine to decide whether it goes back to the pool.
+    public struct Returned: Sendable {
+        public var healthy: Bool
+        public var inTransaction: Bool
+        /// Placed on an event loop (rather than a thread of its own).
+        public var onLoop: Bool
+        /// Loops are attached to the pool: a connection opened before they were has a thread of its own, and is
+        /// replaced by one on a loop.
+        public var loopsAttached: Bool
+
+        public init(healthy: Bool, inTransaction: Bool, onLoop: Bool, loopsAttached: Bool) {
+            self.healthy = healthy
+            self.inTransaction = inTransaction
+            self.onLoop = onLoop
+            self.loopsAttached = loopsAttached
+        }
+
+        /// Healthy, out of any transaction, and on a loop when there are loops.
+        public var isReusable: Bool { healthy && !inTransaction && (onLoop || !loopsAttached) }
+    }
+
+    /// A connection comes back; the machine decides whether it is kept (``Returned/isReusable``).
+    public mutating func release(_ connection: Connection, _ returned: Returned, at now: ContinuousClock.Instant)
+        -> WaiterAction?
+    {
+        release(connection, reusable: returned.isReusable, at: now)
+    }
+
     public mutating func release(_ connection: Connection, reusable: Bool, at now: ContinuousClock.Instant)
         -> WaiterAction?
     {

@@ -286,11 +286,11 @@ public final class PostgresPool: Sendable {
     }
 
     private func release(_ connection: PostgresConnection) {
-        // A connection opened before the loops were attached has a thread of its own: it is replaced by one on a loop.
-        let reusable =
-            connection.isHealthy && !connection.isInTransaction && (connection.loop != nil || loops.isEmpty)
+        let returned = Machine.Returned(
+            healthy: connection.isHealthy, inTransaction: connection.isInTransaction, onLoop: connection.loop != nil,
+            loopsAttached: !loops.isEmpty)
         let handOff = state.withLock { s in
-            s.machine.release(connection, reusable: reusable, at: .now).flatMap { s.take($0) }
+            s.machine.release(connection, returned, at: .now).flatMap { s.take($0) }
         }
         if let (continuation, result) = handOff { continuation.resume(with: result) }
     }

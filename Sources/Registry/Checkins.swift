@@ -48,14 +48,14 @@ public protocol CheckinStore: Sendable {
 /// Check-ins and the register API's rules (`POST /checkin`, `POST /register`, `/c2dm/register3`, `/iid/register`).
 public struct CheckinService: Sendable {
     let store: any CheckinStore
-    let clock: any Clock
+    let clock: any WallClock
     /// A check-in that never registered anything is removed this long after it was last seen (a device checks in
     /// again when it needs one).
     public static let unusedRetention: TimeInterval = 7 * 86_400
     /// GCM-form registrations one check-in may hold (one per app and sender a web-push receiver uses).
     public static let maxGCMRegistrations = 100
 
-    public init(store: any CheckinStore, clock: any Clock) {
+    public init(store: any CheckinStore, clock: any WallClock) {
         self.store = store
         self.clock = clock
     }

@@ -94,9 +94,9 @@ public struct ConsentService: Sendable {
     public static let messaging = "messaging"
 
     let store: any ConsentStore
-    public let clock: any Clock
+    public let clock: any WallClock
 
-    public init(store: any ConsentStore, clock: any Clock) {
+    public init(store: any ConsentStore, clock: any WallClock) {
         self.store = store
         self.clock = clock
     }

@@ -205,13 +205,13 @@ public struct DeletionService: Sendable {
     let store: any DeletionStore
     /// Where receipts are read: `store`, or the same data on a read replica.
     let receipts: any DeletionStore
-    public let clock: any Clock
+    public let clock: any WallClock
     public let policy: DeletionPolicy
     let fidHasher: FIDHasher
     let resolver: any HostResolver
 
     public init(
-        store: any DeletionStore, receipts: (any DeletionStore)? = nil, clock: any Clock, policy: DeletionPolicy,
+        store: any DeletionStore, receipts: (any DeletionStore)? = nil, clock: any WallClock, policy: DeletionPolicy,
         fidHasher: FIDHasher, resolver: any HostResolver
     ) {
         self.store = store

@@ -13,12 +13,12 @@ public struct CreatedInstallation: Sendable {
 public struct InstallationService: Sendable {
     let store: any InstallationStore
     public let tokens: TokenIssuer
-    public let clock: any Clock
+    public let clock: any WallClock
     let fidHasher: FIDHasher
     /// `last_seen_at` is written at most this often per installation, not on every request.
     public var lastSeenResolution: TimeInterval = 3600
 
-    public init(store: any InstallationStore, tokens: TokenIssuer, clock: any Clock, fidHasher: FIDHasher) {
+    public init(store: any InstallationStore, tokens: TokenIssuer, clock: any WallClock, fidHasher: FIDHasher) {
         self.store = store
         self.tokens = tokens
         self.clock = clock

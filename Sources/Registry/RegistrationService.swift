@@ -6,9 +6,9 @@ import Foundation
 public struct RegistrationService: Sendable {
     let store: any RegistrationStore
     let installations: InstallationService
-    public let clock: any Clock
+    public let clock: any WallClock
 
-    public init(store: any RegistrationStore, installations: InstallationService, clock: any Clock) {
+    public init(store: any RegistrationStore, installations: InstallationService, clock: any WallClock) {
         self.store = store
         self.installations = installations
         self.clock = clock

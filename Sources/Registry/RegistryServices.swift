@@ -14,7 +14,7 @@ public struct RegistryServices: Sendable {
     public let checkins: CheckinService
     public let jobs: Jobs
     public let health: any StoreHealth
-    public let clock: any Clock
+    public let clock: any WallClock
 
     /// Wires the services and loads what they need before the first request: the signing keys (the first is made
     /// when there is none) and the FID-hash key.
@@ -24,7 +24,7 @@ public struct RegistryServices: Sendable {
     ///     or condition reaches, sendability, deletion receipts and the change feed. Nil: everything on `stores`.
     ///   - jobTime: where the jobs read the time: the database's clock, or an explicit one.
     public static func make(
-        stores: RegistryStores, reads: RegistryStores? = nil, clock: any Clock, freshness: Freshness = Freshness(),
+        stores: RegistryStores, reads: RegistryStores? = nil, clock: any WallClock, freshness: Freshness = Freshness(),
         policy: DeletionPolicy = DeletionPolicy(), transport: any DeliveryTransport, resolver: any HostResolver,
         jobTime: JobClock.Source = .database
     ) async throws -> RegistryServices {
@@ -43,7 +43,7 @@ public struct RegistryServices: Sendable {
     private init(
         stores: RegistryStores, reads: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher,
         serviceAccounts: ServiceAccountService,
-        clock: any Clock, freshness: Freshness,
+        clock: any WallClock, freshness: Freshness,
         policy: DeletionPolicy, transport: any DeliveryTransport, resolver: any HostResolver, jobTime: JobClock.Source
     ) {
         self.tokens = tokens

@@ -59,14 +59,14 @@ public struct ServiceAccountService: Sendable {
     static let tokenPrefix = "trat1."
 
     let store: any ServiceAccountStore
-    let clock: any Clock
+    let clock: any WallClock
     let tokenKey: [UInt8]
     /// Whether each account seen lately is still in force, for at most ``revocationBound`` seconds (a revoked
     /// account's tokens stop within that bound on every replica, as a revoked server key's do).
     private let active = TTLCache<String, Bool>(capacity: 10_000)
     public static let revocationBound: Double = 30
 
-    public init(store: any ServiceAccountStore, clock: any Clock, tokenKey: [UInt8]) {
+    public init(store: any ServiceAccountStore, clock: any WallClock, tokenKey: [UInt8]) {
         self.store = store
         self.clock = clock
         self.tokenKey = tokenKey

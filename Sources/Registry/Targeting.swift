@@ -66,12 +66,12 @@ public struct TargetingService: Sendable {
     let registrations: RegistrationService
     let installations: InstallationService
     let consent: ConsentService
-    public let clock: any Clock
+    public let clock: any WallClock
     public let freshness: Freshness
 
     public init(
         store: any TargetingStore, registrations: RegistrationService, installations: InstallationService,
-        consent: ConsentService, clock: any Clock, freshness: Freshness
+        consent: ConsentService, clock: any WallClock, freshness: Freshness
     ) {
         self.store = store
         self.registrations = registrations

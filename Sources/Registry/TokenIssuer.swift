@@ -71,7 +71,7 @@ public final class TokenIssuer: Sendable {
     }
 
     private let store: any SigningKeyStore
-    private let clock: any Clock
+    private let clock: any WallClock
     private let ring = Mutex(Ring())
     /// Tokens whose signature was verified, with their claims and the key that signed them. The SDKs present the
     /// same token for hours, and an ES256 verification was a fifth of a consent change's CPU; a hit is checked for
@@ -79,7 +79,7 @@ public final class TokenIssuer: Sendable {
     private let verified = Mutex<[String: (claims: AuthClaims, kid: String)]>([:])
     static let verifiedLimit = 10_000
 
-    public init(store: any SigningKeyStore, clock: any Clock) {
+    public init(store: any SigningKeyStore, clock: any WallClock) {
         self.store = store
         self.clock = clock
     }

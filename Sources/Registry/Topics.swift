@@ -63,9 +63,9 @@ public struct TopicSubscription: Sendable, Equatable {
 /// (`/topics/` prefix dropped), and an installation holds at most ``Topic/maxPerInstallation`` topics.
 public struct TopicService: Sendable {
     let store: any TopicStore
-    public let clock: any Clock
+    public let clock: any WallClock
 
-    public init(store: any TopicStore, clock: any Clock) {
+    public init(store: any TopicStore, clock: any WallClock) {
         self.store = store
         self.clock = clock
     }

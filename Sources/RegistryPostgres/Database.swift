@@ -2,9 +2,12 @@ import Crypto
 import Postgres
 import Registry
 
-/// The stores' handle on the pool. Every statement goes through here, so every database failure leaves this
-/// module as a ``RegistryError`` (``translate(_:)``): the API never sees a `PostgresError`. It also seals the
-/// secrets the stores keep (``seal(_:context:)``): none is written in clear.
+/// The stores' handle on the pool. Every statement goes through here, so every failure of a statement (the database
+/// down, a constraint, a timeout, a byte it cannot store) leaves this module as a ``RegistryError``
+/// (``translate(_:)``). A row that does not decode afterwards (`PostgresRow.require`: the schema and the code
+/// disagree, a bug and never a client's doing) still throws its `PostgresError`; the API answers it as any unexpected
+/// error, 500 with the cause in the log. It also seals the secrets the stores keep (``seal(_:context:)``): none is
+/// written in clear.
 struct Database: Sendable {
     let pool: PostgresPool
     let box: SecretBox

@@ -34,7 +34,7 @@ public struct InProcessService: Sendable {
     public let ios: App
     public let android: App
     public let consentFirst: App
-    public var clock: any Clock { app.clock }
+    public var clock: any WallClock { app.clock }
     /// Every request answered, by route.
     public let exchanges = Exchanges()
     /// The address requests come from (per-address limits count it).
@@ -42,7 +42,7 @@ public struct InProcessService: Sendable {
 
     /// Runs `body` against a fresh service in memory.
     public static func with(
-        configure: (inout Configuration) -> Void = { _ in }, clock: any Clock = SystemClock(),
+        configure: (inout Configuration) -> Void = { _ in }, clock: any WallClock = SystemClock(),
         logger: Logger = Logger(level: .error), _ body: (InProcessService) async throws -> Void
     ) async throws {
         var configuration = Configuration(http: .init(host: "127.0.0.1", port: 0, eventLoops: 1))

@@ -29,7 +29,7 @@ public struct TestService: Sendable {
     ///
     /// - Parameter logger: the service's logger (default: errors only, to standard output).
     public static func with(
-        configure: (inout Configuration) -> Void = { _ in }, clock: any Clock = SystemClock(),
+        configure: (inout Configuration) -> Void = { _ in }, clock: any WallClock = SystemClock(),
         logger: Logger = Logger(level: .error), _ body: (TestService) async throws -> Void
     ) async throws {
         let conninfo = try await TestDatabase.create()

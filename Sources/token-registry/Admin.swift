@@ -14,17 +14,17 @@ enum Admin {
             return 0
         }
         try arguments.allow([])
-        let applied = try await Database.with(try Configuration.fromEnvironment()) { try await $0.migrate() }
+        let applied = try await CommandDatabase.with(try Configuration.fromEnvironment()) { try await $0.migrate() }
         printJSON(["applied": .array(applied.map { .int($0) }), "latest": .int(Schema.migrations.last?.version ?? 0)])
         return 0
     }
 
     /// Runs `body` with a migrated database and an application built on it (no HTTP listener).
-    static func withApplication<T>(clock: any Clock = SystemClock(), _ body: (Application) async throws -> T)
+    static func withApplication<T>(clock: any WallClock = SystemClock(), _ body: (Application) async throws -> T)
         async throws -> T
     {
         let configuration = try Configuration.fromEnvironment()
-        return try await Database.with(configuration) { database in
+        return try await CommandDatabase.with(configuration) { database in
             try await database.migrate()
             let app = try await database.application(
                 configuration: configuration, clock: clock, logger: Logger(level: .error))
@@ -201,7 +201,7 @@ extension Admin {
             return arguments.wantsHelp ? 0 : 2
         }
         try arguments.allow(["now"])
-        var clock: any Clock = SystemClock()
+        var clock: any WallClock = SystemClock()
         if let text = arguments.options["now"] {
             guard let date = Timestamp.parse(text) else {
                 throw CLIError("--now must be an RFC 3339 time such as 2027-06-01T00:00:00Z")

@@ -31,7 +31,7 @@ enum Serve {
             source.resume()
             return source
         }
-        try await Database.with(configuration, logger: logger) { database in
+        try await CommandDatabase.with(configuration, logger: logger) { database in
             logger.info("migrating")
             let applied = try await database.migrate()
             if !applied.isEmpty { logger.info("migrations applied", [("versions", .array(applied.map { .int($0) }))]) }

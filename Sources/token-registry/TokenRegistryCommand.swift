@@ -78,17 +78,17 @@ enum TokenRegistryCommand {
 }
 
 /// The database a command works on: `DATABASE_URL`, or the embedded cluster, started on demand.
-struct Database {
+struct CommandDatabase {
     let conninfo: String
     let embedded: EmbeddedPostgres?
     let startedHere: Bool
 
-    static func open(_ configuration: Configuration, logger: Logger? = nil) async throws -> Database {
-        if let url = configuration.databaseURL { return Database(conninfo: url, embedded: nil, startedHere: false) }
+    static func open(_ configuration: Configuration, logger: Logger? = nil) async throws -> CommandDatabase {
+        if let url = configuration.databaseURL { return CommandDatabase(conninfo: url, embedded: nil, startedHere: false) }
         let (embedded, note) = try await EmbeddedPostgres().located()
         if let note { logger?.warning(note) }
         let (conninfo, started) = try await embedded.start { step in logger?.info(step) }
-        return Database(conninfo: conninfo, embedded: embedded, startedHere: started)
+        return CommandDatabase(conninfo: conninfo, embedded: embedded, startedHere: started)
     }
 
     /// Stops the embedded cluster if this process started it.
@@ -99,7 +99,7 @@ struct Database {
     /// Runs `body` on the database of `configuration`, stopping an embedded cluster this process started
     /// afterwards, whether `body` succeeds or fails.
     static func with<T>(
-        _ configuration: Configuration, logger: Logger? = nil, _ body: (Database) async throws -> T
+        _ configuration: Configuration, logger: Logger? = nil, _ body: (CommandDatabase) async throws -> T
     ) async throws -> T {
         let database = try await open(configuration, logger: logger)
         do {
@@ -117,7 +117,7 @@ struct Database {
 
     /// The composition root: the PostgreSQL stores on a pool of `configuration.databasePoolSize`, and the service
     /// on them.
-    func application(configuration: Configuration, clock: any Clock = SystemClock(), logger: Logger) async throws
+    func application(configuration: Configuration, clock: any WallClock = SystemClock(), logger: Logger) async throws
         -> Application
     {
         let box = try MasterKey.box(

@@ -14,6 +14,25 @@ struct PoolStateMachineTests {
         return nil
     }
 
+    /// Every combination of what a returned connection is like: only a healthy one out of any transaction, and on a
+    /// loop whenever the pool has loops, is kept.
+    @Test(arguments: [false, true], [false, true])
+    func theMachineDecidesWhichReturnedConnectionIsKept(healthy: Bool, inTransaction: Bool) {
+        for onLoop in [false, true] {
+            for loopsAttached in [false, true] {
+                var m = Machine(maxConnections: 1)
+                guard case .open = m.acquire(1, at: now) else { return }
+                m.opened()
+                let returned = Machine.Returned(
+                    healthy: healthy, inTransaction: inTransaction, onLoop: onLoop, loopsAttached: loopsAttached)
+                _ = m.release(7, returned, at: now)
+                let kept = healthy && !inTransaction && (onLoop || !loopsAttached)
+                #expect(m.idleCount == (kept ? 1 : 0), "\(returned)")
+                #expect(returned.isReusable == kept)
+            }
+        }
+    }
+
     @Test func opensUpToTheLimitThenReusesIdleConnections() {
         var m = Machine(maxConnections: 2)
         guard case .open = m.acquire(1, at: now), case .open = m.acquire(2, at: now) else {

@@ -59,7 +59,7 @@ struct DomainFixture {
         }
     }
 
-    private init(databaseTime: Bool, stores: (any Clock) -> RegistryStores) async throws {
+    private init(databaseTime: Bool, stores: (any WallClock) -> RegistryStores) async throws {
         // A jobs run delivers until nothing is due, however slowly a busy test machine runs it.
         var policy = DeletionPolicy()
         policy.deliveryRunBudget = 300

@@ -6,7 +6,7 @@ import Foundation
 public struct JobClock: Sendable {
     public enum Source: Sendable {
         case database
-        case explicit(any Clock)
+        case explicit(any WallClock)
     }
 
     /// Destructive jobs (expiry, purge) do not run while this replica's clock and the database's differ by more.
@@ -15,9 +15,9 @@ public struct JobClock: Sendable {
     let source: Source
     let store: any MaintenanceStore
     /// This replica's own clock, compared with the database's.
-    let replica: any Clock
+    let replica: any WallClock
 
-    public init(_ source: Source, store: any MaintenanceStore, replica: any Clock = SystemClock()) {
+    public init(_ source: Source, store: any MaintenanceStore, replica: any WallClock = SystemClock()) {
         self.source = source
         self.store = store
         self.replica = replica

@@ -31,7 +31,7 @@ public struct Jobs: Sendable {
     public init(
         installations: InstallationService, installationStore: any InstallationStore, deliveries: any DeliveryStore,
         maintenance: any MaintenanceStore, feed: any ChangeFeedStore, transport: any DeliveryTransport,
-        policy: DeletionPolicy, freshness: Freshness, time: JobClock.Source, replicaClock: any Clock = SystemClock(),
+        policy: DeletionPolicy, freshness: Freshness, time: JobClock.Source, replicaClock: any WallClock = SystemClock(),
         checkins: CheckinService? = nil
     ) {
         let clock = JobClock(time, store: maintenance, replica: replicaClock)

@@ -76,9 +76,9 @@ public actor InMemoryStores {
     var counters: [String: RegistryGauges.ServiceCounters] = [:]
     var sequence: Int64 = 0
     /// The domain clock, for what the stores stamp themselves (feed times).
-    let clock: any Clock
+    let clock: any WallClock
 
-    public init(clock: any Clock = SystemClock()) { self.clock = clock }
+    public init(clock: any WallClock = SystemClock()) { self.clock = clock }
 
     /// The bundle for ``RegistryServices/make(stores:clock:freshness:policy:transport:)``.
     public nonisolated var stores: RegistryStores {

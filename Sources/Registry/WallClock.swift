@@ -3,18 +3,18 @@ import Synchronization
 
 /// Where the domain reads the time for what it stamps on records (creation, refresh, consent decisions) and for
 /// the rules it computes (staleness, deadlines), so a test can move through 180 days in a second.
-public protocol Clock: Sendable {
+public protocol WallClock: Sendable {
     func now() -> Date
 }
 
 /// The system's wall clock.
-public struct SystemClock: Clock {
+public struct SystemClock: WallClock {
     public init() {}
     public func now() -> Date { Date() }
 }
 
 /// A clock that stands still until moved; for tests and `jobs run --now`.
-public final class ManualClock: Clock {
+public final class ManualClock: WallClock {
     private let current: Mutex<Date>
 
     public init(_ date: Date) { current = Mutex(date) }
