@@ -7,11 +7,10 @@ import Glibc
 extension EventLoop {
     func enqueue(_ bytes: [UInt8], on connection: HTTPConnection, now: UInt64) {
         assertOnLoop()
+        connection.state.queued(alreadyPending: connection.pendingOutput, now: now)
         if connection.outputOffset == connection.output.count {
             connection.output = bytes
             connection.outputOffset = 0
-            connection.writePeriodStart = now
-            connection.writePeriodSent = connection.bytesSent
         } else {
             connection.output.append(contentsOf: bytes)
         }
@@ -33,7 +32,7 @@ extension EventLoop {
                 // Progress is not activity: the idle timer restarts only when the whole output is sent, and a slow
                 // reader is bound by the write timeout (``sweepTimeouts(now:)``).
                 connection.outputOffset += n
-                connection.bytesSent += n
+                connection.state.sent(n)
                 core.pendingOutputBytes.subtract(n, ordering: .relaxed)
             } else if n < 0 && errno == EINTR {
                 continue
@@ -51,21 +50,28 @@ extension EventLoop {
         }
         connection.output.removeAll(keepingCapacity: connection.output.capacity <= 64 * 1024)
         connection.outputOffset = 0
-        connection.writePeriodStart = nil
-        connection.lastActivity = now
-        if resume, !connection.closeAfterWrite, !connection.inFlight, connection.parser.bufferedBytes > 0 {
+        connection.state.drained(now: now)
+        if resume, connection.parser.bufferedBytes > 0,
+            connection.state.mayDispatch(pendingOutput: 0, maxPendingOutput: core.configuration.maxPendingOutputBytes)
+        {
             process(connection, now: now)
             guard connections[connection.fd] === connection else { return }
         }
-        if connection.closeAfterWrite && !connection.inFlight {
-            if connection.parser.bufferedBytes > 0 || connection.parser.isMidRequest || !connection.peerClosed {
-                // Shut the write side and drain what the client still sends, so it reads our answer before a reset.
-                shutdown(connection.fd, Int32(SHUT_WR))
-                connection.lingerDeadline = now + 2000
-            } else {
-                closeConnection(connection)
-                return
-            }
+        // What processing queued meanwhile is sent first; the connection ends only once nothing is left to write.
+        guard !connection.hasPendingOutput else {
+            updateInterest(connection)
+            return
+        }
+        switch connection.state.endIfClosing(
+            bufferedInput: connection.parser.bufferedBytes > 0, midRequest: connection.parser.isMidRequest, now: now)
+        {
+        case .stayOpen: break
+        case .shutWriteSideAndLinger:
+            // Shut the write side and drain what the client still sends, so it reads our answer before a reset.
+            shutdown(connection.fd, Int32(SHUT_WR))
+        case .close:
+            closeConnection(connection)
+            return
         }
         updateInterest(connection)
     }
@@ -75,15 +81,12 @@ extension EventLoop {
         guard connections[connection.fd] === connection else { return }
         // RDHUP only with IN: level-triggered, a half-close reported while reading is paused (backpressure, a request
         // in flight after the peer closed) would wake the loop at once, again and again, with nothing it handles.
+        let (read, write) = connection.state.interest(
+            pendingOutput: connection.pendingOutput, bufferedInput: connection.parser.bufferedBytes,
+            maxPendingOutput: core.configuration.maxPendingOutputBytes, maxBufferedInput: Self.maxBufferedInput)
         var wanted: UInt32 = 0
-        // Stop reading while the input waiting to be parsed, or the answers waiting to be sent, are at their bound:
-        // the kernel's buffers then fill and TCP holds the client back.
-        let backPressure =
-            (connection.parser.bufferedBytes > 4 * 1024 * 1024
-                || connection.pendingOutput >= core.configuration.maxPendingOutputBytes)
-            && connection.lingerDeadline == nil
-        if !connection.peerClosed && !backPressure { wanted |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
-        if connection.hasPendingOutput { wanted |= EPOLLOUT.rawValue }
+        if read { wanted |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
+        if write { wanted |= EPOLLOUT.rawValue }
         if wanted != connection.interest {
             connection.interest = wanted
             register(connection.fd, events: wanted, op: EPOLL_CTL_MOD)

@@ -254,23 +254,18 @@ public final class EventLoop: @unchecked Sendable {
 
     private func onReadable(_ connection: HTTPConnection, now: UInt64) {
         assertOnLoop()
+        var input = ConnectionState.Input.parse
         while true {
             let n = read(connection.fd, &readBuffer, readBuffer.count)
             if n > 0 {
-                // Any byte starts the request timer, even the empty lines allowed before a request line: a client
-                // that trickles CRLFs is bound by the request timeout, not kept alive by them. Reading never
-                // counts as activity for the idle timeout (that runs from the last complete response).
-                if connection.requestStarted == nil && !connection.inFlight { connection.requestStarted = now }
-                if connection.lingerDeadline == nil {
-                    connection.parser.append(readBuffer[0..<n])
-                }
-                if n < readBuffer.count || connection.parser.bufferedBytes > 4 * 1024 * 1024 { break }
+                input = connection.state.received(now: now)
+                if input == .parse { connection.parser.append(readBuffer[0..<n]) }
+                if n < readBuffer.count || connection.parser.bufferedBytes > Self.maxBufferedInput { break }
             } else if n == 0 {
-                if connection.lingerDeadline != nil {
+                if connection.state.receivedEnd() {
                     closeConnection(connection)
                     return
                 }
-                connection.peerClosed = true
                 break
             } else {
                 if errno == EINTR { continue }
@@ -279,26 +274,25 @@ public final class EventLoop: @unchecked Sendable {
                 return
             }
         }
-        if connection.lingerDeadline == nil { process(connection, now: now) }
+        if !connection.state.isLingering { process(connection, now: now) }
         updateInterest(connection)
     }
+
+    /// Input buffered beyond this stops reading until it is parsed (backpressure on the client).
+    static let maxBufferedInput = 4 * 1024 * 1024
 
     /// Parses and dispatches buffered requests, one at a time.
     func process(_ connection: HTTPConnection, now: UInt64) {
         assertOnLoop()
-        while !connection.inFlight && !connection.closeAfterWrite
-            && connection.pendingOutput < core.configuration.maxPendingOutputBytes
+        while connection.state.mayDispatch(
+            pendingOutput: connection.pendingOutput, maxPendingOutput: core.configuration.maxPendingOutputBytes)
         {
             switch connection.parser.next() {
             case .needMore:
-                if connection.parser.isMidRequest {
-                    if connection.requestStarted == nil { connection.requestStarted = now }
-                    if connection.peerClosed { closeConnection(connection); return }
-                } else if connection.peerClosed && !connection.hasPendingOutput {
+                if connection.state.needsMore(
+                    midRequest: connection.parser.isMidRequest, pendingOutput: connection.pendingOutput, now: now)
+                {
                     closeConnection(connection)
-                    return
-                } else if connection.peerClosed {
-                    connection.closeAfterWrite = true
                 }
                 return
             case .expectContinue:
@@ -306,16 +300,12 @@ public final class EventLoop: @unchecked Sendable {
                 // A failed send closed it (and its descriptor may be another connection's by now).
                 guard connections[connection.fd] === connection else { return }
             case let .request(request):
-                connection.requestStarted = nil
-                connection.inFlight = true
-                connection.inFlightVersion = request.version
-                connection.inFlightKeepAlive = request.keepAlive
-                connection.inFlightIsHead = request.method == "HEAD"
+                connection.state.dispatched(
+                    .init(version: request.version, keepAlive: request.keepAlive, isHead: request.method == "HEAD"))
                 dispatch(request, on: connection)
             case let .error(error):
-                connection.requestStarted = nil
+                connection.state.refused()
                 let response = core.errorResponse(error.status, error.message)
-                connection.closeAfterWrite = true
                 core.countParseError(status: error.status)
                 enqueue(response.serialized(version: .http1_1, keepAlive: false), on: connection, now: now)
                 return
@@ -349,16 +339,15 @@ public final class EventLoop: @unchecked Sendable {
         for completion in completions {
             core.inFlightRequests.subtract(1, ordering: .relaxed)
             // The connection may have closed and its descriptor been reused: match the id, not just the fd.
-            guard let connection = connections[completion.fd], connection.id == completion.id else { continue }
-            connection.inFlight = false
-            let keepAlive =
-                connection.inFlightKeepAlive && !draining && !connection.peerClosed
-                && completion.response.headers["connection"]?.lowercased() != "close"
-            if !keepAlive { connection.closeAfterWrite = true }
+            guard let connection = connections[completion.fd], connection.id == completion.id,
+                let (request, keepAlive) = connection.state.answered(
+                    closeRequested: completion.response.headers["connection"]?.lowercased() == "close",
+                    draining: draining)
+            else { continue }
             let bytes = completion.response.serialized(
-                version: connection.inFlightVersion, keepAlive: keepAlive, omitBody: connection.inFlightIsHead)
+                version: request.version, keepAlive: keepAlive, omitBody: request.isHead)
             enqueue(bytes, on: connection, now: now)
-            if connections[completion.fd] === connection, !connection.closeAfterWrite {
+            if connections[completion.fd] === connection, !connection.state.closesAfterWrite {
                 process(connection, now: now)
                 updateInterest(connection)
             }
