@@ -8,11 +8,12 @@ import Synchronization
 /// stores (PostgreSQL in production).
 ///
 /// The parts, in the order they start (and the reverse of the order they stop):
-/// 1. the database pools (placed on the HTTP event loops once those run; closed last, after the server drained);
-/// 2. the HTTP server (bound at start; at stop, readiness is already false, the listener closes and in-flight
-///    requests finish until the drain deadline);
-/// 3. the background jobs, every `JOBS_INTERVAL_SECONDS` (when asked for);
-/// 4. the change-feed relay, every 250 ms (with the jobs).
+/// 1. the database pools (placed on the HTTP event loops once those run; closed last, once everything that uses
+///    them has ended);
+/// 2. the background jobs, every `JOBS_INTERVAL_SECONDS` (when asked for), whose stop cancels the round under way;
+/// 3. the change-feed relay, every 250 ms (with the jobs);
+/// 4. the HTTP server (bound at start; first to stop: readiness is already false, the listener closes and in-flight
+///    requests finish until the drain deadline).
 public final class Application: Sendable {
     public let configuration: Configuration
     public let services: RegistryServices
@@ -90,8 +91,11 @@ public final class Application: Sendable {
 
     /// The parts to run, in order; the jobs and the relay only when `jobs` (every replica may run them: they claim
     /// their work with row locks or advisory locks).
+    ///
+    /// The server is last, so it is the first to stop: in-flight requests get the whole drain, and the jobs, which
+    /// stop after it, never take their time from it. The pools are first, so they close last.
     func parts(jobs: Bool) -> [any Service] {
-        var parts: [any Service] = [pools, http]
+        var parts: [any Service] = [pools]
         if jobs && configuration.jobsIntervalSeconds > 0 {
             parts.append(
                 RepeatingService.jobs(
@@ -99,6 +103,7 @@ public final class Application: Sendable {
                     metrics: metrics, logger: logger))
             parts.append(RepeatingService.relay(services.jobs))
         }
+        parts.append(http)
         return parts
     }
 

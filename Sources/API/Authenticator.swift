@@ -54,9 +54,6 @@ public struct Authenticator: Sendable {
         }
     }
 
-    /// True when the request carries a server key (`Authorization: Bearer …`).
-    public func hasServerKey(_ context: RequestContext) -> Bool { Authenticator.serverKey(context) != nil }
-
     /// The key of `Authorization: Bearer <key>`, or of the legacy `Authorization: key=<key>` the IID API accepts.
     static func serverKey(_ context: RequestContext, allowLegacy: Bool = false) -> String? {
         guard let authorization = context.header("authorization") else { return nil }

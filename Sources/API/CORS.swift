@@ -39,7 +39,7 @@ struct CORS: Sendable {
         guard request.method == HTTPMethod.OPTIONS.rawValue, let origin = request.headers["origin"],
             let requested = request.headers["access-control-request-method"],
             case let .found(route, parameters, template) = router.match(method: requested, path: request.path),
-            route.browser
+            route.browser, route.method == requested  // not a HEAD answered by a browser GET route
         else { return nil }
         guard await allows(origin: origin, project: parameters["project"], app: nil) else {
             return APIError.permissionDenied("origin \(origin.prefix(100)) may not call this service").response

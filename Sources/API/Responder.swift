@@ -54,7 +54,9 @@ public struct Responder: Sendable {
                     answer = failed(error, route: route, requestID: requestID)
                 }
             }
-            if route.browser { await cors.decorate(&answer, request: request, parameters: parameters) }
+            if route.browser, route.method == request.method {
+                await cors.decorate(&answer, request: request, parameters: parameters)
+            }
             response = answer
         case let .methodNotAllowed(allowed):
             var error = APIError(

@@ -11,7 +11,19 @@ import Registry
 /// statement that locked and read together would read from a snapshot taken before the wait, and overwrite a newer
 /// token).
 extension PostgresRegistrationStore {
+    ///
+    /// One race remains for the database to decide: another installation writing the same token, not yet committed
+    /// when this call looked for its holder. Its commit then trips the unique index on `(project_id, token)` here; the
+    /// call runs once more, a new statement that sees the holder and takes the token from it, by the same rule.
     func refresh(_ r: Registration) async throws -> RegistrationWrite {
+        do {
+            return try await refreshOnce(r)
+        } catch let error as RegistryError where error.kind == .alreadyExists {
+            return try await refreshOnce(r)
+        }
+    }
+
+    private func refreshOnce(_ r: Registration) async throws -> RegistrationWrite {
         guard
             let row = try await db.groupCommitted(
                 """

@@ -110,24 +110,4 @@ public struct InProcessService: Sendable {
         let web = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
         return (project, key, web)
     }
-
-    /// Server-key headers for this service's project.
-    public var serverHeaders: [String: String] { ["Authorization": "Bearer \(serverKey)"] }
-
-    /// Creates an installation through the FIS route, as the JS SDK does.
-    public func createInstallation(project: Project? = nil, app: App? = nil, fid: String? = nil) async throws
-        -> CreatedInstallationReply
-    {
-        let app = app ?? web
-        let reply = try await request(
-            "POST", "/v1/projects/\((project ?? self.project).id)/installations", headers: ["x-goog-api-key": app.apiKey],
-            json: [
-                "fid": fid.map { .string($0) } ?? .string(""), "authVersion": "FIS_v2", "appId": .string(app.id),
-                "sdkVersion": "w:0.6.24",
-            ])
-        guard reply.status == 200, let json = reply.json, let fid = json["fid"]?.stringValue,
-            let refresh = json["refreshToken"]?.stringValue, let token = json["authToken"]?["token"]?.stringValue
-        else { throw ReplyError(reply: reply) }
-        return CreatedInstallationReply(fid: fid, refreshToken: refresh, authToken: token)
-    }
 }

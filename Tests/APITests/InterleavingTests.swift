@@ -43,6 +43,34 @@ struct InterleavingTests {
         }
     }
 
+    /// A token another installation writes, not yet committed when the callback looks for its holder: the callback
+    /// waits on the token's unique index, and once the other commits it takes the token from it (not a 409).
+    @Test func aTokenWrittenConcurrentlyForAnotherInstallationIsTakenOverOnceItCommits() async throws {
+        try await TestService.with { s in
+            let holder = try await s.createInstallation()
+            let taker = try await s.createInstallation()
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query(
+                """
+                INSERT INTO registrations (project_id, fid, token, platform, state, created_at, refreshed_at)
+                VALUES (\(s.project.id), \(holder.fid), 'shared-token', 'android', 'active', now(), now())
+                """)
+            let callback = Task {
+                try await s.request(
+                    "PUT", "/v1/projects/\(s.project.id)/installations/\(taker.fid)/registration",
+                    headers: s.serverHeaders, json: ["token": "shared-token", "platform": "android"])
+            }
+            try await session.waitUntilBlocked(1)
+            try await session.execute("COMMIT")
+            let reply = try await callback.value
+            #expect(reply.status == 200, "\(reply)")
+            #expect(reply.json?["outcome"]?.stringValue == "moved")
+            let rows = try await s.pool.query("SELECT fid FROM registrations WHERE token = 'shared-token'")
+            #expect(try rows.map { try $0.require("fid", as: String.self) } == [taker.fid])
+        }
+    }
+
     /// Two refresh callbacks for one installation, the newer one first: the older must not overwrite it.
     @Test func theNewestClientTimeWinsWhateverTheOrder() async throws {
         try await TestService.with { s in

@@ -35,8 +35,12 @@ struct ClientCompatibilityTests {
                 "/v1/projects/\(s.project.id)/registrations/fAAAAAAAAAAAAAAAAAAAAA/topicSubscriptions/news:subscribe",
                 headers: Self.preflight("POST"))
             #expect(verbs.status == 204)
-            // Server-key routes: no cross-origin access, preflight or not.
+            // Server-key routes, and a HEAD of a browser GET route (the router answers it with the GET's handler):
+            // no cross-origin access, preflight or not.
+            let consent = "/v1/projects/\(s.project.id)/installations/fAAAAAAAAAAAAAAAAAAAAA/consent"
+            #expect(try await s.request("OPTIONS", consent, headers: Self.preflight("GET")).status == 204)
             for (method, path) in [
+                ("HEAD", consent),
                 ("POST", "/v1/projects/\(s.project.id)/linkedServices"),
                 ("PUT", "/v1/projects/\(s.project.id)/installations/fAAAAAAAAAAAAAAAAAAAAA/registration"),
                 ("GET", "/v1/projects/\(s.project.id)/topics/news/registrations"),

@@ -86,38 +86,48 @@ public final class ServiceGroup: Sendable {
         startedAll.withLock { $0 = true }
         started.open()
         let finished = up.map { _ in Gate() }
+        let cancel = up.map { _ in Gate() }
         await withTaskGroup(of: Void.self) { group in
-            for (service, done) in zip(up, finished) {
+            for index in up.indices {
+                let (service, done, cancelled) = (up[index], finished[index], cancel[index])
                 group.addTask {
-                    await service.run()
+                    // The part's run, cancelled on its own when it outlasts the drain (its `cancel` gate opens).
+                    await withTaskGroup(of: Void.self) { part in
+                        part.addTask { await service.run() }
+                        part.addTask { await cancelled.wait() }
+                        await part.next()
+                        part.cancelAll()
+                    }
                     done.open()
                 }
             }
             await graceful.wait()
             // Cancelled rather than asked: the stop still begins by turning readiness false.
             if requested.withLock({ $0 }) == 0 { whenStopping() }
-            await stop(up, finished: finished)
+            await stop(up, finished: finished, cancel: cancel)
             group.cancelAll()
         }
     }
 
-    /// Stops `services` in reverse order, each within the drain deadline; a forced stop cancels the sequence, so
-    /// the stops still to come run cancelled (at once).
-    private func stop(_ services: [any Service], finished: [Gate]?) async {
+    /// Stops `services` in reverse order, each within the drain deadline; one that has not ended by then is cancelled,
+    /// and the next (earlier) one is stopped only once it has ended, so what it uses (the pools) outlives it. A forced
+    /// stop cancels the sequence: the stops still to come run cancelled (at once), and no part is waited for.
+    private func stop(_ services: [any Service], finished: [Gate]?, cancel: [Gate] = []) async {
         let deadline = ContinuousClock.now + drain
         await withTaskGroup(of: Void.self) { race in
             race.addTask {
                 for index in services.indices.reversed() {
                     let service = services[index]
                     await service.stop(deadline: deadline)
-                    if let finished, await !finished[index].wait(until: deadline) {
-                        self.logger.warning(
-                            "service did not stop by the drain deadline; cancelled", [("service", .string(service.name))])
-                    }
+                    guard let finished, await !finished[index].wait(until: deadline) else { continue }
+                    self.logger.warning(
+                        "service did not stop by the drain deadline; cancelled", [("service", .string(service.name))])
+                    cancel[index].open()
+                    await finished[index].wait()
                 }
             }
             race.addTask {
-                if await self.forced.wait(until: deadline + .seconds(1)) {
+                if await self.forced.wait() {
                     self.logger.warning("second signal: stopping now")
                 }
             }
