@@ -116,14 +116,21 @@ struct ConditionParser {
 
 /// Topic names.
 public enum Topic {
-    /// `[a-zA-Z0-9-_.~%]{1,900}`, after an optional `/topics/` prefix is removed.
+    /// `(private/)?[a-zA-Z0-9-_.~%]+`, at most 900 bytes, after an optional `/topics/` prefix is removed: the admin
+    /// SDKs' rule (firebase-admin-node `validateTopic`, firebase-admin-go `topicNamePattern`), which lets a name start
+    /// with `private/`.
     public static func isValid(_ name: String) -> Bool {
-        let bytes = Array(name.utf8)
+        var bytes = Array(name.utf8)
         guard (1...900).contains(bytes.count) else { return false }
-        return bytes.allSatisfy { c in
-            (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) || "-_.~%".utf8.contains(c)
-        }
+        if name.hasPrefix(privatePrefix) { bytes.removeFirst(privatePrefix.utf8.count) }
+        return !bytes.isEmpty
+            && bytes.allSatisfy { c in
+                (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) || "-_.~%".utf8.contains(c)
+            }
     }
+
+    /// The prefix the admin SDKs allow before a topic's name.
+    public static let privatePrefix = "private/"
 
     /// Removes a leading `/topics/`.
     public static func normalize(_ name: String) -> String {

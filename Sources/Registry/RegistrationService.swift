@@ -17,7 +17,8 @@ public struct RegistrationService: Sendable {
     static func consentOff(_ fid: String) -> RegistryError {
         RegistryError(
             .failedPrecondition,
-            "messaging consent (autoInitEnabled) is off for installation \(fid.prefix(64)); record consent first")
+            "messaging consent (autoInitEnabled) is off for installation \(fid.prefix(64)); grant it first with PUT /v1/projects/{project}/installations/\(fid.prefix(64))/consent {\"autoInitEnabled\": true}, with the installation's auth token or the app's server key"
+        )
     }
 
     private static func stored(_ write: RegistrationWrite, fid: String) throws -> (Registration, RefreshOutcome) {

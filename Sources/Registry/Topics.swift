@@ -74,7 +74,7 @@ public struct TopicService: Sendable {
     public static func name(_ raw: String?, field: String) throws -> String {
         guard let raw, !raw.isEmpty else { throw RegistryError.invalid(field, "required") }
         let name = Topic.normalize(raw)
-        guard Topic.isValid(name) else { throw RegistryError.invalid(field, "must match [a-zA-Z0-9-_.~%]{1,900}") }
+        guard Topic.isValid(name) else { throw RegistryError.invalid(field, "must match (private/)?[a-zA-Z0-9-_.~%]+, at most 900 bytes") }
         return name
     }
 

@@ -86,8 +86,11 @@ struct Database: Sendable {
             return RegistryError(.alreadyExists, "the resource already exists")
         case "RG001"?:  // registry_assert_fid_live: the FID was retired while the create waited
             return RegistryError(.alreadyExists, "the installation ID was deleted")
-        case PostgresError.serializationFailure?, PostgresError.deadlockDetected?:
-            return RegistryError(.aborted, "a concurrent change got in the way; retry")
+        case let state? where state.hasPrefix("40") || state == "55P03":
+            // Transaction rollback (a serialization failure, a deadlock) or a lock not available: transient, so an
+            // answer every client retries (503 with Retry-After), never the 409 that Android's FIS client and the
+            // admin SDKs read as final.
+            return RegistryError(.unavailable, "a concurrent change got in the way; retry")
         case "57014"?:  // query_canceled: statement_timeout
             return RegistryError(.unavailable, "the database did not answer in time; retry later")
         case "22021"?:  // NUL in a text value (refused by the binding layer before sending) or invalid UTF-8

@@ -104,7 +104,7 @@ struct PostgresRegistrationStore: RegistrationStore {
                     PostgresInstallationStore.creation(
                         item.installation, fidHash: item.fidHash, initialConsent: initialConsent))
                 guard try made.first?.require("created", as: Int.self) == 1 else {
-                    throw RegistryError(.aborted, "a generated installation ID was taken; retry")
+                    throw RegistryError(.unavailable, "a generated installation ID was taken; retry")
                 }
                 try await c.query(Self.upsert(r, keepToken: false))
                 try await Outbox.append(

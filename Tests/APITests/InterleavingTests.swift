@@ -71,6 +71,37 @@ struct InterleavingTests {
         }
     }
 
+    /// A deadlock between a refresh callback and another session (each holds a row the other wants) is answered 503
+    /// with Retry-After, which every client retries, never 409; the retry then succeeds.
+    @Test func aDeadlockIsAnsweredWithARetryableStatus() async throws {
+        try await TestService.with { s in
+            let holder = try await s.createInstallation()
+            let taker = try await s.createInstallation()
+            func callback(_ fid: String) async throws -> Reply {
+                try await s.request(
+                    "PUT", "/v1/projects/\(s.project.id)/installations/\(fid)/registration", headers: s.serverHeaders,
+                    json: ["token": "contested-token", "platform": "android"])
+            }
+            #expect(try await callback(holder.fid).status == 200)
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            // The session holds the holder's registration; the callback locks the taker's installation, then waits
+            // for that registration (to take its token); the session then asks for the taker's installation.
+            _ = try await session.query("SELECT 1 FROM registrations WHERE fid = \(holder.fid) FOR UPDATE")
+            let taking = Task { try await callback(taker.fid) }
+            try await session.waitUntilBlocked(1)
+            let closing = Task {
+                _ = try? await session.query("SELECT 1 FROM installations WHERE fid = \(taker.fid) FOR UPDATE")
+                try await session.execute("ROLLBACK")
+            }
+            let reply = try await taking.value
+            try await closing.value
+            #expect([200, 503].contains(reply.status), "\(reply)")
+            if reply.status == 503 { #expect(reply.header("retry-after") != nil) }
+            #expect(try await callback(taker.fid).json?["outcome"]?.stringValue != nil)
+        }
+    }
+
     /// Two refresh callbacks for one installation, the newer one first: the older must not overwrite it.
     @Test func theNewestClientTimeWinsWhateverTheOrder() async throws {
         try await TestService.with { s in

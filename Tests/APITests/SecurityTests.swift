@@ -65,6 +65,17 @@ struct LogSecrecyTests {
 
 @Suite("Database errors at the store's edge")
 struct DatabaseErrorRedactionTests {
+    /// Every transient failure (class 40, transaction rollback: serialization failures, deadlocks; a lock not
+    /// available) answers what every client retries: 503 with Retry-After, never the 409 that Android's FIS client
+    /// and the admin SDKs read as final.
+    @Test(arguments: ["40000", "40001", "40002", "40003", "40P01", "55P03"])
+    func transientFailuresAnswerARetryableStatus(_ state: String) {
+        let translated = Database.translate(PostgresError(.server, sqlState: state, message: "ERROR:  conflict"))
+        #expect(translated.kind == .unavailable)
+        let answer = APIError.from(translated)
+        #expect(answer.status == 503 && answer.headers.contains { $0.0 == "retry-after" })
+    }
+
     @Test func detailLinesNeverLeaveTheStore() {
         let error = PostgresError(
             .server, sqlState: "23505",

@@ -64,6 +64,8 @@ struct CheckinTests {
             let i = try await s.createInstallation(app: s.ios)
             let registered = try await register(s, device, i)
             #expect(registered.status == 200 && registered.text.hasPrefix("token=\(i.fid):"), "\(registered)")
+            // Exactly Google's answer: no line end after it (the Python client keeps one in the token).
+            #expect(!registered.text.contains("\n") && registered.text.split(separator: "=").count == 2)
             let token = String(registered.text.dropFirst(6).prefix { $0 != "\n" })
             // A refresh sends the same request and keeps the token.
             #expect(try await register(s, device, i).text.hasPrefix("token=\(token)"))

@@ -48,10 +48,12 @@ struct RegistrationsTests {
                 "DELETE", "/v1/projects/\(s.project.id)/registrations/\(ios.fid)", headers: fis(ios))
             #expect(deleted.status == 200)
             #expect(deleted.text == "{}")
+            // Again: the caller holds no such registration any more, which is what it asked for (the JS SDK's
+            // deleteToken() clears its own state only on success).
             #expect(
                 try await s.request(
                     "DELETE", "/v1/projects/\(s.project.id)/registrations/\(ios.fid)", headers: fis(ios)
-                ).status == 404)
+                ).status == 200)
         }
     }
 
@@ -233,6 +235,69 @@ struct RegistrationsTests {
                     "GET", "/v1/projects/\(s.project.id)/registrations/\(token):sendability", headers: s.serverHeaders
                 )
                 .json?["reason"]?.stringValue == "DELETED")
+        }
+    }
+}
+
+/// The JS SDK's weekly refresh and its `deleteToken()`, for a token the caller does not hold (firebase-js-sdk
+/// messaging `requestUpdateToken`: anything but `{token}` is rethrown; `requestDeleteToken`: an error stops it
+/// clearing IndexedDB).
+@Suite("Web SDK refresh and delete of another token")
+struct WebRefreshTests {
+    func fis(_ i: CreatedInstallationReply) -> [String: String] {
+        ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"]
+    }
+
+    @Test func aPatchOfATokenTheCallerDoesNotHoldRegistersTheCallerAndAnswersItsToken() async throws {
+        try await InProcessService.with { s in
+            let i = try await s.createInstallation()
+            // A token from Google (never registered here), then one of another installation.
+            let other = try await s.createInstallation()
+            let othersToken = try #require(
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/registrations", headers: fis(other),
+                    json: Bodies.webRegistration
+                ).json?["token"]?.stringValue)
+            for stale in ["dGoogleIssuedToken:APA91bHPRgkF", othersToken] {
+                let patched = try await s.request(
+                    "PATCH", "/v1/projects/\(s.project.id)/registrations/\(stale)", headers: fis(i),
+                    json: Bodies.webRegistration)
+                #expect(patched.status == 200, "\(patched)")
+                let token = try #require(patched.json?["token"]?.stringValue)
+                #expect(token.hasPrefix(i.fid + ":"), "the caller's own token")
+            }
+            // The other installation keeps its registration.
+            let sendable = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/registrations/\(othersToken):sendability", headers: s.serverHeaders)
+            #expect(sendable.json?["reason"]?.stringValue == "OK")
+        }
+    }
+
+    @Test func aDeleteOfATokenTheCallerDoesNotHoldSucceedsAndTouchesNothing() async throws {
+        try await InProcessService.with { s in
+            let i = try await s.createInstallation()
+            let own = try #require(
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/registrations", headers: fis(i), json: Bodies.webRegistration
+                ).json?["token"]?.stringValue)
+            let deleted = try await s.request(
+                "DELETE", "/v1/projects/\(s.project.id)/registrations/dGoogleIssuedToken:APA91bHPRgkF", headers: fis(i))
+            #expect(deleted.status == 200 && deleted.json == [:], "\(deleted)")
+            let sendable = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/registrations/\(own):sendability", headers: s.serverHeaders)
+            #expect(sendable.json?["reason"]?.stringValue == "OK", "the caller's own registration stays")
+        }
+    }
+
+    @Test func withConsentOffThePatchSaysWhereConsentIsGiven() async throws {
+        try await InProcessService.with { s in
+            let i = try await s.createInstallation(app: s.consentFirst)
+            let patched = try await s.request(
+                "PATCH", "/v1/projects/\(s.project.id)/registrations/dGoogleIssuedToken:APA91bHPRgkF", headers: fis(i),
+                json: Bodies.webRegistration)
+            #expect(patched.status == 400 && patched.errorStatus == "FAILED_PRECONDITION", "\(patched)")
+            let message = patched.json?["error"]?["message"]?.stringValue ?? ""
+            #expect(message.contains("/installations/\(i.fid)/consent") && message.contains("autoInitEnabled"))
         }
     }
 }

@@ -258,3 +258,30 @@ extension String {
         components(separatedBy: a).joined(separator: b)
     }
 }
+
+/// Topic names by the admin SDKs' rule: `(/topics/)?(private/)?[a-zA-Z0-9-_.~%]+`.
+@Suite("Topic names")
+struct TopicNameTests {
+    @Test(arguments: [
+        ("news", true), ("/topics/news", true), ("private/news", true), ("/topics/private/news", true),
+        ("private/", false), ("private/private/news", false), ("news/private", false), ("/news", false), ("", false),
+        (String(repeating: "a", count: 900), true), (String(repeating: "a", count: 901), false),
+        ("private/" + String(repeating: "a", count: 892), true), ("a b", false),
+    ])
+    func theAdminSDKsRule(_ raw: String, _ valid: Bool) {
+        #expect(Topic.isValid(Topic.normalize(raw)) == valid, "\(raw.prefix(40))")
+    }
+
+    @Test func privateTopicsWorkThroughTheIIDAndFCMRoutes() async throws {
+        try await InProcessService.with { s in
+            let r = try await s.registered(count: 1)
+            let added = try await s.request(
+                "POST", "/iid/v1:batchAdd", headers: s.serverHeaders,
+                json: ["to": "/topics/private/vip", "registration_tokens": [.string(r[0].token)]])
+            #expect(added.status == 200 && added.json?["results"]?.arrayValue?.first == [:], "\(added)")
+            let members = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/topics/private%2Fvip/registrations", headers: s.serverHeaders)
+            #expect(members.text.contains(r[0].fid), "\(members)")
+        }
+    }
+}

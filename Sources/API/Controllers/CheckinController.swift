@@ -33,8 +33,10 @@ struct CheckinController: Sendable {
         routes.add(.POST, "/iid/register", .aidLogin, errors: .registerText, topic)
     }
 
+    /// A register-API answer: `key=value`, exactly as Google's (`token=<id>`, `Error=<CODE>`), with no line end after
+    /// it: the iOS SDK splits lines, but the Python firebase-messaging client keeps the rest of the body in the value.
     static func text(_ status: Int, _ body: String) -> HTTPResponse {
-        HTTPResponse(status: status, contentType: "text/plain; charset=utf-8", body: body + "\n")
+        HTTPResponse(status: status, contentType: "text/plain; charset=utf-8", body: body)
     }
 
     /// Any failure as Google's plain-text `Error=` answer; never a 5xx for a bad request or bad credentials.

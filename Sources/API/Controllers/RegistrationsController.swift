@@ -29,13 +29,12 @@ struct RegistrationsController: Sendable {
         return .json(RegistrationsController.json(stored, project: project))
     }
 
-    /// The weekly refresh: the same body, for the installation's own registration.
+    /// The weekly refresh: the same body, for the installation's own registration. The token in the path need not be
+    /// the installation's current one (a browser moved from Google, a registration the registry expired or deleted,
+    /// an FID that changed): the JS SDK rethrows anything but a token, and every later `getToken()` would fail, so
+    /// the caller is registered and its token answered, as a create would.
     func update(_ context: RequestContext, _ caller: InstallationCaller) async throws -> HTTPResponse {
         let (project, installation) = (caller.project, caller.installation)
-        guard
-            let current = try await registrations.find(project: project, tokenOrFID: context.parameter("registration")),
-            current.fid == installation.fid
-        else { throw APIError.notFound("registration not found for this installation") }
         let request = try RegistrationsController.clientRegistration(try context.jsonObject())
         let stored = try await registrations.register(installation: installation, request)
         return .json(RegistrationsController.json(stored, project: project))
@@ -56,9 +55,11 @@ struct RegistrationsController: Sendable {
             fid = registration.fid
         case let .second(client):
             project = client.project
+            // A token the caller does not hold (another installation's, or none at all) is already not the caller's:
+            // the JS SDK's `deleteToken()` then clears its own state, which an error would stop it from doing.
             guard let registration = try await registrations.find(project: project, tokenOrFID: reference),
                 registration.fid == client.installation.fid
-            else { throw APIError.notFound("registration not found for this installation") }
+            else { return .json([:]) }
             fid = client.installation.fid
         }
         _ = try await registrations.delete(project: project, fid: fid)

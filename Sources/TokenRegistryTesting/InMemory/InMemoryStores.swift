@@ -287,7 +287,7 @@ extension InMemoryStores: RegistrationStore {
             }
             guard create else { continue }
             guard try await self.create(item.installation, fidHash: item.fidHash, initialConsent: initialConsent) else {
-                throw RegistryError(.aborted, "a generated installation ID was taken; retry")
+                throw RegistryError(.unavailable, "a generated installation ID was taken; retry")
             }
             registrations[Key(projectID: r.projectID, fid: r.fid)] = r
             emit(.registrationCreated, r.projectID, r.fid)
