@@ -143,19 +143,36 @@ public struct Authenticator: Sendable {
         return ServiceCaller(project: project, signed: signed)
     }
 
-    /// The check-in of `Authorization: AidLogin …`, and the installation of the auth token that came with it.
+    /// The check-in of `Authorization: AidLogin …`, and (`withInstallation`) the installation of the auth token that
+    /// came with it. A check-in the service does not know is enrolled when, and only when, a valid installation auth
+    /// token of the project comes with it (a device moved from Google gets its token on the first try); on its own it
+    /// is refused.
     func checkin(_ context: RequestContext, withInstallation: Bool) async throws -> CheckinCaller {
-        let checkin = try await checkins.authenticate(aidLogin: context.header("authorization"))
-        guard withInstallation,
+        let identity = try await checkins.identify(aidLogin: context.header("authorization"))
+        let installation = withInstallation ? try await checkinInstallation(context) : nil
+        switch identity {
+        case let .known(checkin):
+            return CheckinCaller(checkin: checkin, installation: installation)
+        case let .unknown(device):
+            guard let installation else { throw RegistryError(.unauthenticated, "unknown check-in credentials") }
+            let enrolled = try await checkins.enroll(device, for: installation.installation)
+            return CheckinCaller(checkin: enrolled, installation: installation)
+        }
+    }
+
+    /// The installation of the auth token a register-API request carries (header, or the form's
+    /// `Goog-Firebase-Installations-Auth`); nil when it carries none.
+    private func checkinInstallation(_ context: RequestContext) async throws -> InstallationCaller? {
+        guard
             let raw = context.header("x-goog-firebase-installations-auth")
                 ?? CheckinController.Form(context)?("Goog-Firebase-Installations-Auth")
-        else { return CheckinCaller(checkin: checkin, installation: nil) }
+        else { return nil }
         let token = raw.hasPrefix("FIS ") ? String(raw.dropFirst(4)) : raw
         let claims = try await installations.tokens.verify(token)
         guard let project = try await catalog.project(String(claims.projectNumber)) else {
             throw RegistryError(.unauthenticated, "the auth token's project is unknown")
         }
         let installation = try await installations.authenticate(project: project, authToken: token)
-        return CheckinCaller(checkin: checkin, installation: InstallationCaller(project: project, installation: installation))
+        return InstallationCaller(project: project, installation: installation)
     }
 }

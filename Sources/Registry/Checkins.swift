@@ -32,6 +32,9 @@ public protocol CheckinStore: Sendable {
     func touch(androidID: UInt64, at: Date) async throws
     /// Binds the check-in to an installation; false when it is bound to another one already.
     func bind(androidID: UInt64, projectID: String, fid: String) async throws -> Bool
+    /// Moves the check-in from the installation `previousFID` to `fid`, of the same project; false when it is not
+    /// bound to `previousFID` (any more).
+    func rebind(androidID: UInt64, projectID: String, fid: String, from previousFID: String) async throws -> Bool
     /// The token of a GCM-form registration (no installation: a web-push receiver), made on first use, unless the
     /// check-in holds `limit` of them already (`.resourceExhausted`).
     func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date, limit: Int)
@@ -89,14 +92,54 @@ public struct CheckinService: Sendable {
     ///
     /// - Throws: `.unauthenticated` for a malformed header or credentials that are not a check-in's.
     public func authenticate(aidLogin header: String?) async throws -> StoredCheckin {
+        guard case let .known(stored) = try await identify(aidLogin: header) else {
+            throw RegistryError(.unauthenticated, "unknown check-in credentials")
+        }
+        return stored
+    }
+
+    /// What an `AidLogin` header names: a check-in of this service (its token checked), or one it does not know
+    /// (a device moved from Google keeps the check-in Google gave it).
+    public enum Identity: Sendable {
+        case known(StoredCheckin)
+        case unknown(DeviceCheckin)
+    }
+
+    /// Reads `Authorization: AidLogin <android_id>:<security_token>`.
+    ///
+    /// - Throws: `.unauthenticated` for a malformed header, or a known check-in's id with another token.
+    public func identify(aidLogin header: String?) async throws -> Identity {
         guard let header, header.hasPrefix("AidLogin "), header.utf8.count <= 128 else {
             throw RegistryError(.unauthenticated, "Authorization: AidLogin <android_id>:<security_token> is required")
         }
         let parts = header.dropFirst(9).split(separator: ":")
-        guard parts.count == 2, let id = UInt64(parts[0]), let token = UInt64(parts[1]) else {
+        guard parts.count == 2, let id = UInt64(parts[0]), let token = UInt64(parts[1]), id != 0,
+            id <= UInt64(Int64.max)
+        else {
             throw RegistryError(.unauthenticated, "the AidLogin credentials are malformed")
         }
-        return try await authenticate(androidID: id, securityToken: token)
+        guard let stored = try await store.checkin(androidID: id) else {
+            return .unknown(DeviceCheckin(androidID: id, securityToken: token))
+        }
+        guard ConstantTime.equals(stored.securityTokenHash, SHA256.hash(String(token))) else {
+            throw RegistryError(.unauthenticated, "unknown check-in credentials")
+        }
+        return .known(stored)
+    }
+
+    /// Enrolls a check-in this service does not know, with the identity the device presents, bound to
+    /// `installation`: the caller has proved that installation with its auth token (docs/security.md). A check-in
+    /// enrolled meanwhile by a concurrent request is authenticated instead.
+    public func enroll(_ device: DeviceCheckin, for installation: Installation) async throws -> StoredCheckin {
+        let stored = StoredCheckin(
+            androidID: device.androidID, securityTokenHash: SHA256.hash(String(device.securityToken)),
+            projectID: installation.projectID, fid: installation.fid)
+        do {
+            try await store.insert(stored, at: clock.now())
+            return stored
+        } catch let error as RegistryError where error.kind == .alreadyExists {
+            return try await authenticate(androidID: device.androidID, securityToken: device.securityToken)
+        }
     }
 
     func authenticate(androidID: UInt64, securityToken: UInt64) async throws -> StoredCheckin {
@@ -106,15 +149,34 @@ public struct CheckinService: Sendable {
         return stored
     }
 
-    /// Binds a check-in to the installation it registers for; a check-in acts for one installation only.
+    /// Binds a check-in to the installation it registers for; a check-in acts for one installation at a time.
     ///
-    /// - Throws: `.permissionDenied` when it is bound to another installation.
-    public func bind(_ checkin: StoredCheckin, to installation: Installation) async throws {
-        if checkin.projectID == installation.projectID && checkin.fid == installation.fid { return }
+    /// A check-in bound to another installation of the same app moves to this one: the device's FID changed (its
+    /// installation data was lost, or the app was reinstalled while the keychain kept the check-in) and it proved the
+    /// new one with its auth token. `previous` is that other installation, nil when it no longer exists.
+    ///
+    /// - Returns: the FID the check-in moved from, nil when it did not move.
+    /// - Throws: `.permissionDenied` when it is bound to an installation of another app or project.
+    @discardableResult
+    public func bind(_ checkin: StoredCheckin, to installation: Installation, previous: Installation? = nil)
+        async throws -> String?
+    {
+        if checkin.projectID == installation.projectID && checkin.fid == installation.fid { return nil }
+        let denied = RegistryError(.permissionDenied, "this check-in belongs to an installation of another app")
+        guard let boundFID = checkin.fid, let boundProject = checkin.projectID else {
+            guard
+                try await store.bind(
+                    androidID: checkin.androidID, projectID: installation.projectID, fid: installation.fid)
+            else { throw denied }
+            return nil
+        }
+        guard boundProject == installation.projectID, previous.map({ $0.fid == boundFID && $0.appID == installation.appID }) ?? true
+        else { throw denied }
         guard
-            try await store.bind(
-                androidID: checkin.androidID, projectID: installation.projectID, fid: installation.fid)
-        else { throw RegistryError(.permissionDenied, "this check-in belongs to another installation") }
+            try await store.rebind(
+                androidID: checkin.androidID, projectID: installation.projectID, fid: installation.fid, from: boundFID)
+        else { throw denied }
+        return boundFID
     }
 
     /// The GCM-form registration token of a check-in, app and subtype (the same on every call).

@@ -42,6 +42,16 @@ struct PostgresCheckinStore: CheckinStore {
         ).affectedRows == 1
     }
 
+    func rebind(androidID: UInt64, projectID: String, fid: String, from previousFID: String) async throws -> Bool {
+        guard let id = Int64(exactly: androidID) else { return false }
+        return try await db.query(
+            """
+            UPDATE checkins SET fid = \(fid)
+            WHERE android_id = \(id) AND project_id = \(projectID) AND fid = \(previousFID)
+            """
+        ).affectedRows == 1
+    }
+
     func gcmToken(androidID: UInt64, app: String, subtype: String, candidate: String, at: Date, limit: Int)
         async throws -> String
     {

@@ -106,10 +106,14 @@ struct CheckinTests {
                 body: Self.form([("app", "x")]))
             #expect(none.status == 401 && none.text.hasPrefix("Error="))
             #expect(try await register(s, device, i).status == 200)
-            // The check-in now acts for that installation only.
-            let other = try await s.createInstallation(app: s.ios)
-            let stolen = try await register(s, device, other)
+            // The check-in now acts for that installation, or another of the same app that proves itself (the
+            // device's FID changed); never for another app's.
+            let otherApp = try await s.app.catalog.createApp(
+                project: s.project, platform: .ios, bundleID: "com.example.other", autoInitDefault: true)
+            let foreign = try await s.createInstallation(app: otherApp)
+            let stolen = try await register(s, device, foreign, gmpAppID: otherApp.id)
             #expect(stolen.status == 401 && stolen.text.hasPrefix("Error="), "\(stolen)")
+            let other = try await s.createInstallation(app: s.ios)
             // The appid must be the token's installation.
             let fresh = try await checkIn(s)
             let mismatch = try await register(s, fresh, other, extra: [("appid", i.fid)])
@@ -191,6 +195,68 @@ struct CheckinTests {
             let garbage = try await s.request(
                 "POST", "/checkin", headers: ["Content-Type": "application/x-protobuf"], body: [0xff, 0xff, 0xff])
             #expect(garbage.status == 400)
+        }
+    }
+
+    /// A device moved from Google presents Google's check-in with a valid installation auth token: it is enrolled
+    /// and gets its token on the first try; the same unknown check-in alone (the GCM form) is refused as before, and a
+    /// known check-in's id with another security token never is enrolled over it.
+    @Test func aCheckinFromGoogleIsEnrolledWithAValidInstallationToken() async throws {
+        try await InProcessService.with { s in
+            let google = (id: "4728194729301827364", secret: "8273645546372819203")
+            let i = try await s.createInstallation(app: s.ios)
+            let first = try await register(s, google, i)
+            #expect(first.status == 200 && first.text.hasPrefix("token=\(i.fid):"), "\(first)")
+            let token = String(first.text.dropFirst(6))
+            // Enrolled: its topics work with it now.
+            let topic = try await s.request(
+                "POST", "/iid/register",
+                headers: [
+                    "Authorization": "AidLogin \(google.id):\(google.secret)",
+                    "Content-Type": "application/x-www-form-urlencoded",
+                ], body: Self.form([("sender", token), ("X-gcm.topic", "/topics/news")]))
+            #expect(topic.status == 200, "\(topic)")
+            // Unknown and alone: as strict as before.
+            let alone = try await s.request(
+                "POST", "/register",
+                headers: [
+                    "Authorization": "AidLogin 5728194729301827364:1", "Content-Type": "application/x-www-form-urlencoded",
+                ], body: Self.form([("app", "org.chromium.linux"), ("X-subtype", "wp:https://example.com/#1")]))
+            #expect(alone.status == 401 && alone.text == "Error=AUTHENTICATION_FAILED", "\(alone)")
+            // The enrolled id with another token: refused, even with a valid installation token.
+            let other = try await s.createInstallation(app: s.ios)
+            let hijack = try await register(s, (google.id, "1"), other)
+            #expect(hijack.status == 401, "\(hijack)")
+        }
+    }
+
+    /// The iOS SDK's fresh-install clean-up: the check-in the keychain kept, the new installation's auth token,
+    /// `delete=true`. It succeeds, and what the old installation held (its registration, its topics) is gone.
+    @Test func theFreshInstallCleanUpRemovesWhatTheOldInstallationHeld() async throws {
+        try await InProcessService.with { s in
+            let device = try await checkIn(s)
+            let old = try await s.createInstallation(app: s.ios)
+            let registered = try await register(s, device, old)
+            let oldToken = String(registered.text.dropFirst(6))
+            let subscribed = try await s.request(
+                "POST", "/iid/register",
+                headers: [
+                    "Authorization": "AidLogin \(device.id):\(device.secret)",
+                    "Content-Type": "application/x-www-form-urlencoded",
+                ], body: Self.form([("sender", oldToken), ("X-gcm.topic", "/topics/news")]))
+            #expect(subscribed.status == 200)
+            let fresh = try await s.createInstallation(app: s.ios)
+            let cleanUp = try await register(s, device, fresh, extra: [("delete", "true")])
+            #expect(cleanUp.status == 200 && cleanUp.text == "deleted=\(oldToken)", "\(cleanUp)")
+            let gone = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/registrations/\(oldToken):sendability", headers: s.serverHeaders)
+            #expect(gone.json?["reason"]?.stringValue != "OK", "\(gone)")
+            let members = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/topics/news/registrations", headers: s.serverHeaders)
+            #expect(!members.text.contains(old.fid))
+            // The device then registers its new installation with the same check-in.
+            let again = try await register(s, device, fresh)
+            #expect(again.status == 200 && again.text.hasPrefix("token=\(fresh.fid):"), "\(again)")
         }
     }
 }

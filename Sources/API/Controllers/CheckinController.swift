@@ -190,7 +190,19 @@ struct CheckinController: Sendable {
         if let gmpAppID = form("gmp_app_id"), gmpAppID != installation.appID {
             throw RegistryError.invalid("gmp_app_id", "must be the app of the installation auth token")
         }
-        try await checkins.bind(checkin, to: installation)
+        // A check-in bound to another installation of the same app moves here (the device's FID changed).
+        var previous: Installation?
+        if let bound = checkin.fid, checkin.projectID == project.id, bound != installation.fid {
+            previous = try await installations.find(project: project, fid: bound)
+        }
+        let movedFrom = try await checkins.bind(checkin, to: installation, previous: previous)
+        if form.deletes, let old = movedFrom {
+            // The SDK's fresh-install clean-up: the old check-in, the new installation's token. What the old
+            // installation held (its registration, its topics) goes with it: the device left it behind.
+            let oldToken = try await registrations.find(project: project, tokenOrFID: old)?.token
+            _ = try await installations.delete(projectID: project.id, fid: old, reason: .client)
+            return Self.text(200, "deleted=\(oldToken ?? old)")
+        }
         if form.deletes {
             let current = try await registrations.find(project: project, tokenOrFID: installation.fid)
             _ = try await registrations.delete(project: project, fid: installation.fid)

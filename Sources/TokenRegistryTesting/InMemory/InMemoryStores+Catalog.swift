@@ -170,6 +170,9 @@ extension InMemoryStores: ServiceAccountStore {
 
 extension InMemoryStores: CheckinStore {
     public func insert(_ checkin: StoredCheckin, at: Date) async throws {
+        guard checkins[checkin.androidID] == nil else {
+            throw RegistryError(.alreadyExists, "the resource already exists")
+        }
         checkins[checkin.androidID] = checkin
         checkinSeen[checkin.androidID] = at
     }
@@ -206,6 +209,17 @@ extension InMemoryStores: CheckinStore {
     public func bind(androidID: UInt64, projectID: String, fid: String) async throws -> Bool {
         guard let current = try await checkin(androidID: androidID),
             current.fid == nil || (current.projectID == projectID && current.fid == fid)
+        else { return false }
+        checkins[androidID] = StoredCheckin(
+            androidID: androidID, securityTokenHash: current.securityTokenHash, projectID: projectID, fid: fid)
+        return true
+    }
+
+    public func rebind(androidID: UInt64, projectID: String, fid: String, from previousFID: String) async throws
+        -> Bool
+    {
+        guard let current = try await checkin(androidID: androidID), current.projectID == projectID,
+            current.fid == previousFID
         else { return false }
         checkins[androidID] = StoredCheckin(
             androidID: androidID, securityTokenHash: current.securityTokenHash, projectID: projectID, fid: fid)
