@@ -1,3 +1,4 @@
+import Foundation
 import JSON
 
 /// Request bodies the clients send, shared by both test tiers.
@@ -10,4 +11,14 @@ public enum Bodies {
             "applicationPubKey": nil,
         ]
     ]
+
+    /// A form body (`application/x-www-form-urlencoded`) of `fields`, in order, percent-encoded as the iOS SDK's
+    /// `NSURLComponents` does (unreserved characters and `*` as they are).
+    public static func form(_ fields: [(String, String)]) -> [UInt8] {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~*")
+        return Array(
+            fields.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")" }
+                .joined(separator: "&").utf8)
+    }
 }

@@ -53,19 +53,11 @@ public struct InProcessService: Sendable {
         let app = try await Application.build(
             configuration: configuration, stores: stores.stores, clock: clock, logger: logger,
             transport: transport, resolver: StaticResolver())
-        let project = Project(id: "demo-proj", number: 123_456_789_012)
-        let key = try await app.catalog.createProject(id: project.id, number: project.number)
-        let web = try await app.catalog.createApp(project: project, platform: .web, bundleID: nil, autoInitDefault: true)
-        let ios = try await app.catalog.createApp(
-            project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: true)
-        let android = try await app.catalog.createApp(
-            project: project, platform: .android, bundleID: "com.example.app", autoInitDefault: true)
-        let consentFirst = try await app.catalog.createApp(
-            project: project, platform: .web, bundleID: nil, autoInitDefault: false)
+        let seeded = try await SeededProject.make(on: app.catalog, id: "demo-proj", number: 123_456_789_012)
         try await body(
             InProcessService(
-                app: app, stores: stores, transport: transport, project: project, serverKey: key, web: web, ios: ios, android: android,
-                consentFirst: consentFirst))
+                app: app, stores: stores, transport: transport, project: seeded.project, serverKey: seeded.serverKey,
+                web: seeded.web, ios: seeded.ios, android: seeded.android, consentFirst: seeded.consentFirst))
     }
 
     /// Answers one request through the responder, as the server would: the immediate path first, then the task path.

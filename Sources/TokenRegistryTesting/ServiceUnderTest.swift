@@ -52,3 +52,25 @@ extension ServiceUnderTest {
         return out
     }
 }
+
+/// What both test services are seeded with: a project, a web, iOS and Android app, and a web app whose installations
+/// start opted out of messaging.
+struct SeededProject {
+    let project: Project
+    let serverKey: String
+    let web: App
+    let ios: App
+    let android: App
+    let consentFirst: App
+
+    static func make(on catalog: Catalog, id: String, number: Int64) async throws -> SeededProject {
+        let key = try await catalog.createProject(id: id, number: number)
+        let project = Project(id: id, number: number)
+        func app(_ platform: Platform, _ bundle: String?, optedIn: Bool = true) async throws -> App {
+            try await catalog.createApp(project: project, platform: platform, bundleID: bundle, autoInitDefault: optedIn)
+        }
+        return SeededProject(
+            project: project, serverKey: key, web: try await app(.web, nil), ios: try await app(.ios, "com.example.app"),
+            android: try await app(.android, "com.example.app"), consentFirst: try await app(.web, nil, optedIn: false))
+    }
+}

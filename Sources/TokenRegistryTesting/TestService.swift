@@ -66,16 +66,10 @@ public struct TestService: Sendable {
     ) async throws
         -> TestService
     {
-        let key = try await app.catalog.createProject(id: id, number: number)
-        let project = Project(id: id, number: number)
-        let web = try await app.catalog.createApp(
-            project: project, platform: .web, bundleID: nil, autoInitDefault: true)
-        let ios = try await app.catalog.createApp(
-            project: project, platform: .ios, bundleID: "com.example.app", autoInitDefault: true)
-        let android = try await app.catalog.createApp(
-            project: project, platform: .android, bundleID: "com.example.app", autoInitDefault: true)
-        let consentFirst = try await app.catalog.createApp(
-            project: project, platform: .web, bundleID: nil, autoInitDefault: false)
+        let seeded = try await SeededProject.make(on: app.catalog, id: id, number: number)
+        let (key, project, web, ios, android, consentFirst) = (
+            seeded.serverKey, seeded.project, seeded.web, seeded.ios, seeded.android, seeded.consentFirst
+        )
         let port = try await app.start()
         return TestService(
             app: app, port: port, conninfo: conninfo, pool: pool, box: box, project: project, serverKey: key, web: web,

@@ -10,14 +10,7 @@ import TokenRegistryTesting
 struct CheckinTests {
     static let apnsHex = "1f2e3d4c5b6a79880123456789abcdef1f2e3d4c5b6a79880123456789abcdef"
 
-    static func form(_ fields: [(String, String)]) -> [UInt8] {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~*")
-        return Array(
-            fields.map {
-                "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"
-            }.joined(separator: "&").utf8)
-    }
+    static func form(_ fields: [(String, String)]) -> [UInt8] { Bodies.form(fields) }
 
     func checkIn(_ s: InProcessService) async throws -> (id: String, secret: String) {
         let reply = try await s.request(

@@ -95,13 +95,7 @@ struct World {
     }
 
     /// A form body, percent-encoded.
-    static func form(_ fields: [(String, String)]) -> [UInt8] {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return Array(
-            fields.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")" }
-                .joined(separator: "&").utf8)
-    }
+    static func form(_ fields: [(String, String)]) -> [UInt8] { Bodies.form(fields) }
 
     /// A device check-in: its `AidLogin` header value.
     func checkIn() async throws -> String {
