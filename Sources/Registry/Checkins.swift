@@ -7,6 +7,11 @@ import Foundation
 public struct DeviceCheckin: Sendable, Equatable {
     public let androidID: UInt64
     public let securityToken: UInt64
+
+    public init(androidID: UInt64, securityToken: UInt64) {
+        self.androidID = androidID
+        self.securityToken = securityToken
+    }
 }
 
 /// What the store keeps of a check-in (never the security token itself).
@@ -28,6 +33,10 @@ public struct StoredCheckin: Sendable, Equatable {
 /// Storage of check-ins and of the GCM-form tokens registered with them.
 public protocol CheckinStore: Sendable {
     func insert(_ checkin: StoredCheckin, at: Date) async throws
+    /// Inserts a check-in bound to its installation unless that installation holds `limit` check-ins already.
+    ///
+    /// - Returns: false when it does; throws `.alreadyExists` when the id is taken.
+    func enroll(_ checkin: StoredCheckin, at: Date, limit: Int) async throws -> Bool
     func checkin(androidID: UInt64) async throws -> StoredCheckin?
     func touch(androidID: UInt64, at: Date) async throws
     /// Binds the check-in to an installation; false when it is bound to another one already.
@@ -57,6 +66,9 @@ public struct CheckinService: Sendable {
     public static let unusedRetention: TimeInterval = 7 * 86_400
     /// GCM-form registrations one check-in may hold (one per app and sender a web-push receiver uses).
     public static let maxGCMRegistrations = 100
+    /// Check-ins one installation may have enrolled with its auth token (a device has one; a few reinstalls keep
+    /// theirs): enrolment writes without a check-in of ours, so it is bounded per installation.
+    public static let maxEnrolledPerInstallation = 8
 
     public init(store: any CheckinStore, clock: any WallClock) {
         self.store = store
@@ -135,7 +147,11 @@ public struct CheckinService: Sendable {
             androidID: device.androidID, securityTokenHash: SHA256.hash(String(device.securityToken)),
             projectID: installation.projectID, fid: installation.fid)
         do {
-            try await store.insert(stored, at: clock.now())
+            guard try await store.enroll(stored, at: clock.now(), limit: Self.maxEnrolledPerInstallation) else {
+                throw RegistryError(
+                    .resourceExhausted,
+                    "installation \(installation.fid.prefix(64)) has \(Self.maxEnrolledPerInstallation) check-ins already")
+            }
             return stored
         } catch let error as RegistryError where error.kind == .alreadyExists {
             return try await authenticate(androidID: device.androidID, securityToken: device.securityToken)

@@ -18,6 +18,21 @@ struct PostgresCheckinStore: CheckinStore {
             """)
     }
 
+    func enroll(_ c: StoredCheckin, at: Date, limit: Int) async throws -> Bool {
+        guard let id = Int64(exactly: c.androidID), let projectID = c.projectID, let fid = c.fid else {
+            throw RegistryError.invalid("android_id", "must be below 2^63, for an installation")
+        }
+        // One statement: concurrent enrolments of one installation may pass the count together, by at most their
+        // number (the id's primary key still refuses a second row for one id).
+        return try await db.query(
+            """
+            INSERT INTO checkins (android_id, security_token_hash, project_id, fid, created_at, last_checkin_at)
+            SELECT \(id), \(ByteA(c.securityTokenHash)), \(projectID), \(fid), \(at), \(at)
+            WHERE (SELECT count(*) FROM checkins WHERE project_id = \(projectID) AND fid = \(fid)) < \(limit)
+            """
+        ).affectedRows == 1
+    }
+
     func checkin(androidID: UInt64) async throws -> StoredCheckin? {
         guard let id = Int64(exactly: androidID),
             let row = try await db.query("SELECT * FROM checkins WHERE android_id = \(id)").first

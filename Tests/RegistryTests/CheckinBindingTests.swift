@@ -30,6 +30,15 @@ struct CheckinBindingTests {
             #expect(try await checkins.bind(known, to: second, previous: first) == first.fid)
             let moved = try await checkins.authenticate(aidLogin: "AidLogin 4728194729301:99")
             #expect(moved.fid == second.fid)
+            // Enrolment is bounded per installation (it writes with no check-in of ours).
+            let third = try await f.installation()
+            for n in 0..<CheckinService.maxEnrolledPerInstallation {
+                _ = try await checkins.enroll(DeviceCheckin(androidID: 900_000 + UInt64(n), securityToken: 7), for: third)
+            }
+            let full = await #expect(throws: RegistryError.self) {
+                _ = try await checkins.enroll(DeviceCheckin(androidID: 999_999, securityToken: 7), for: third)
+            }
+            #expect(full?.kind == .resourceExhausted)
             // An installation of another app: refused.
             let otherApp = try await f.services.catalog.createApp(
                 project: f.project, platform: .ios, bundleID: "com.example.other", autoInitDefault: true)

@@ -177,6 +177,13 @@ extension InMemoryStores: CheckinStore {
         checkinSeen[checkin.androidID] = at
     }
 
+    public func enroll(_ checkin: StoredCheckin, at: Date, limit: Int) async throws -> Bool {
+        guard checkins.values.filter({ $0.projectID == checkin.projectID && $0.fid == checkin.fid }).count < limit
+        else { return false }
+        try await insert(checkin, at: at)
+        return true
+    }
+
     public func checkin(androidID: UInt64) async throws -> StoredCheckin? {
         guard let stored = checkins[androidID] else { return nil }
         // A deleted installation leaves its check-ins unbound, as the foreign key's SET NULL does in SQL.
