@@ -35,7 +35,7 @@ public struct Authenticator: Sendable {
 
     /// The app whose API key came with the request (`x-goog-api-key` or `?key=`); it must belong to `project`.
     public func app(_ context: RequestContext, project: Project) async throws -> App {
-        guard let key = context.header("x-goog-api-key") ?? context.request.query("key"), !key.isEmpty else {
+        guard let key = Authenticator.apiKey(context.request) else {
             throw APIError.permissionDenied("an API key is required (x-goog-api-key)")
         }
         guard let app = try await catalog.app(apiKey: key) else {
@@ -49,9 +49,18 @@ public struct Authenticator: Sendable {
 
     /// Checks an API key when one is sent (the refresh or auth token is then the real credential).
     public func optionalApp(_ context: RequestContext, project: Project) async throws {
-        if let key = context.header("x-goog-api-key") ?? context.request.query("key"), !key.isEmpty {
-            _ = try await app(context, project: project)
-        }
+        if Authenticator.apiKey(context.request) != nil { _ = try await app(context, project: project) }
+    }
+
+    /// The API key a request carries (`x-goog-api-key`, or `?key=`), nil when none or empty.
+    static func apiKey(_ request: HTTPRequest) -> String? {
+        guard let key = request.headers["x-goog-api-key"] ?? request.query("key"), !key.isEmpty else { return nil }
+        return key
+    }
+
+    /// An installation auth token as sent in `x-goog-firebase-installations-auth`, with or without `FIS `.
+    static func installationAuthToken(_ raw: String) -> String {
+        raw.hasPrefix("FIS ") ? String(raw.dropFirst(4)) : raw
     }
 
     /// The key of `Authorization: Bearer <key>`, or of the legacy `Authorization: key=<key>` the IID API accepts.
@@ -106,12 +115,12 @@ public struct Authenticator: Sendable {
 
     /// The installation whose auth token came in `x-goog-firebase-installations-auth`, with or without `FIS `.
     public func installation(_ context: RequestContext, project: Project) async throws -> Installation {
-        guard var token = context.header("x-goog-firebase-installations-auth"), !token.isEmpty else {
+        guard let raw = context.header("x-goog-firebase-installations-auth"), !raw.isEmpty else {
             throw APIError.unauthenticated(
                 "an installation auth token is required (x-goog-firebase-installations-auth)")
         }
-        if token.hasPrefix("FIS ") { token = String(token.dropFirst(4)) }
-        return try await installations.authenticate(project: project, authToken: token)
+        return try await installations.authenticate(
+            project: project, authToken: Authenticator.installationAuthToken(raw))
     }
 
     /// Requires the metrics token as a bearer token, when the service has one.
@@ -167,12 +176,12 @@ public struct Authenticator: Sendable {
             let raw = context.header("x-goog-firebase-installations-auth")
                 ?? CheckinController.Form(context)?("Goog-Firebase-Installations-Auth")
         else { return nil }
-        let token = raw.hasPrefix("FIS ") ? String(raw.dropFirst(4)) : raw
-        let claims = try await installations.tokens.verify(token)
+        // Verified once: its claims name the project, whose installation they then speak for.
+        let claims = try await installations.tokens.verify(Authenticator.installationAuthToken(raw))
         guard let project = try await catalog.project(String(claims.projectNumber)) else {
             throw RegistryError(.unauthenticated, "the auth token's project is unknown")
         }
-        let installation = try await installations.authenticate(project: project, authToken: token)
+        let installation = try await installations.installation(project: project, claims: claims)
         return InstallationCaller(project: project, installation: installation)
     }
 }

@@ -71,14 +71,10 @@ struct CORS: Sendable {
 
     /// The app a browser request speaks for: its API key's, or its installation auth token's.
     private func app(of request: HTTPRequest) async -> App? {
-        if let key = request.headers["x-goog-api-key"] ?? request.query("key"),
-            let app = try? await catalog.app(apiKey: key)
-        {
-            return app
-        }
-        guard var token = request.headers["x-goog-firebase-installations-auth"] else { return nil }
-        if token.hasPrefix("FIS ") { token = String(token.dropFirst(4)) }
-        guard let claims = try? await installations.tokens.verify(token) else { return nil }
+        if let key = Authenticator.apiKey(request), let app = try? await catalog.app(apiKey: key) { return app }
+        guard let raw = request.headers["x-goog-firebase-installations-auth"],
+            let claims = try? await installations.tokens.verify(Authenticator.installationAuthToken(raw))
+        else { return nil }
         return try? await catalog.app(id: claims.appID)
     }
 }

@@ -88,7 +88,12 @@ public struct InstallationService: Sendable {
 
     /// The installation an auth token speaks for; it must still exist (a deleted installation's tokens stop at once).
     public func authenticate(project: Project, authToken: String) async throws -> Installation {
-        let claims = try await tokens.verify(authToken)
+        try await installation(project: project, claims: try await tokens.verify(authToken))
+    }
+
+    /// The installation verified auth token claims speak for (``authenticate(project:authToken:)`` once the token is
+    /// verified: for callers that needed the claims first, to find the project).
+    public func installation(project: Project, claims: AuthClaims) async throws -> Installation {
         guard claims.projectNumber == project.number else {
             throw RegistryError(.permissionDenied, "the auth token belongs to another project")
         }

@@ -51,6 +51,18 @@ struct CheckinTests {
                 ].filter { !overridden.contains($0.0) } + extra))
     }
 
+    /// `POST /iid/register` in its shortest form: the check-in, the token, the topic.
+    func subscribe(_ s: InProcessService, _ device: (id: String, secret: String), token: String, to topic: String)
+        async throws -> Reply
+    {
+        try await s.request(
+            "POST", "/iid/register",
+            headers: [
+                "Authorization": "AidLogin \(device.id):\(device.secret)",
+                "Content-Type": "application/x-www-form-urlencoded",
+            ], body: Self.form([("sender", token), ("X-gcm.topic", "/topics/\(topic)")]))
+    }
+
     @Test func theIOSDefaultTokenPath() async throws {
         try await InProcessService.with { s in
             let device = try await checkIn(s)
@@ -202,12 +214,7 @@ struct CheckinTests {
             #expect(first.status == 200 && first.text.hasPrefix("token=\(i.fid):"), "\(first)")
             let token = String(first.text.dropFirst(6))
             // Enrolled: its topics work with it now.
-            let topic = try await s.request(
-                "POST", "/iid/register",
-                headers: [
-                    "Authorization": "AidLogin \(google.id):\(google.secret)",
-                    "Content-Type": "application/x-www-form-urlencoded",
-                ], body: Self.form([("sender", token), ("X-gcm.topic", "/topics/news")]))
+            let topic = try await subscribe(s, google, token: token, to: "news")
             #expect(topic.status == 200, "\(topic)")
             // Unknown and alone: as strict as before.
             let alone = try await s.request(
@@ -231,12 +238,7 @@ struct CheckinTests {
             let old = try await s.createInstallation(app: s.ios)
             let registered = try await register(s, device, old)
             let oldToken = String(registered.text.dropFirst(6))
-            let subscribed = try await s.request(
-                "POST", "/iid/register",
-                headers: [
-                    "Authorization": "AidLogin \(device.id):\(device.secret)",
-                    "Content-Type": "application/x-www-form-urlencoded",
-                ], body: Self.form([("sender", oldToken), ("X-gcm.topic", "/topics/news")]))
+            let subscribed = try await subscribe(s, device, token: oldToken, to: "news")
             #expect(subscribed.status == 200)
             let fresh = try await s.createInstallation(app: s.ios)
             let cleanUp = try await register(s, device, fresh, extra: [("delete", "true")])
