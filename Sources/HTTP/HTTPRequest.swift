@@ -112,7 +112,11 @@ extension StringProtocol {
 /// Percent-decoding of a URL component, done exactly once.
 public enum PercentDecoding {
     /// Decodes `%XX` escapes; nil when an escape is malformed or the result is not UTF-8.
-    public static func decode(_ text: some StringProtocol) -> String? {
+    ///
+    /// - Parameter literalStrayPercent: a `%` that does not start two hex digits stays a `%` (the WHATWG URL
+    ///   Standard's percent-decode), as a path segment needs: Android puts topic names (which may hold `%`) into
+    ///   paths without encoding them (`TopicSubscriptionClient.java`).
+    public static func decode(_ text: some StringProtocol, literalStrayPercent: Bool = false) -> String? {
         // Most segments have no escape: they become a String with no byte array on the way.
         guard text.utf8.contains(UInt8(ascii: "%")) else { return String(text) }
         let bytes = Array(text.utf8)
@@ -121,7 +125,12 @@ public enum PercentDecoding {
         var i = 0
         while i < bytes.count {
             if bytes[i] == UInt8(ascii: "%") {
-                guard i + 2 < bytes.count, let hi = hex(bytes[i + 1]), let lo = hex(bytes[i + 2]) else { return nil }
+                guard i + 2 < bytes.count, let hi = hex(bytes[i + 1]), let lo = hex(bytes[i + 2]) else {
+                    guard literalStrayPercent else { return nil }
+                    out.append(bytes[i])
+                    i += 1
+                    continue
+                }
                 out.append(hi << 4 | lo)
                 i += 3
             } else {

@@ -1,7 +1,8 @@
 /// Matches a method and path against route templates such as
 /// `/v1/projects/{project}/installations/{fid}/authTokens:generate` or `.../topicSubscriptions/{topic}:subscribe`.
 ///
-/// Each path segment is percent-decoded exactly once, after splitting, so `%2F` inside a token never splits it.
+/// Each path segment is percent-decoded exactly once, after splitting, so `%2F` inside a token never splits it; a `%`
+/// that starts no escape is itself (WHATWG URL percent-decode), so a topic sent unencoded means what it says.
 /// One trailing slash is tolerated. When several templates match, the most specific wins: at the first segment
 /// where they differ, a literal beats `{param}:verb`, which beats `{param}`.
 ///
@@ -17,7 +18,7 @@ public struct Router<Handler: Sendable>: Sendable {
         case found(Handler, parameters: [String: String], template: String)
         case methodNotAllowed(allowed: [String])
         case notFound
-        /// The path is not valid (bad percent-encoding, not UTF-8, not starting with `/`).
+        /// The path is not valid (escapes that are not UTF-8 or encode a control character, not starting with `/`).
         case badPath(String)
     }
 
@@ -70,7 +71,7 @@ public struct RouteTable: Sendable {
         case found(Int, parameters: [String: String], template: String)
         case methodNotAllowed(allowed: [String])
         case notFound
-        /// The path is not valid (bad percent-encoding, not UTF-8, not starting with `/`).
+        /// The path is not valid (escapes that are not UTF-8 or encode a control character, not starting with `/`).
         case badPath(String)
     }
 
@@ -108,8 +109,8 @@ public struct RouteTable: Sendable {
         segments.reserveCapacity(rawSegments.count)
         for raw in rawSegments {
             guard !raw.isEmpty else { return .notFound }
-            guard let decoded = PercentDecoding.decode(Substring(raw)) else {
-                return .badPath("the path has invalid percent-encoding")
+            guard let decoded = PercentDecoding.decode(Substring(raw), literalStrayPercent: true) else {
+                return .badPath("the path's escapes do not decode to UTF-8")
             }
             // No route takes a control character in a segment (the raw target cannot hold one; an escape can): NUL,
             // CR or LF never reach a handler, a store or a log line.

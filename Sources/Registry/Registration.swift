@@ -178,6 +178,15 @@ public protocol RegistrationStore: Sendable {
     ///
     /// - Returns: the registration token per APNs token; absent when it did not exist and `create` was false.
     func importAPNs(_ items: [APNsImport], initialConsent: Bool, create: Bool) async throws -> [String: String]
+    /// The installation's token for another sender and scope (``TokenAudience/sender(_:scope:)``): the stored one, or
+    /// else `candidate`, stored unless the installation holds `limit` already. Under the installation's lock, after
+    /// its messaging consent.
+    func senderToken(projectID: String, fid: String, sender: String, scope: String, candidate: String, at: Date,
+        limit: Int) async throws -> SenderTokenWrite
+    /// Removes the installation's sender tokens: the one of `sender` and `scope`, or all when both are nil.
+    ///
+    /// - Returns: the tokens removed.
+    func deleteSenderTokens(projectID: String, fid: String, sender: String?, scope: String?) async throws -> [String]
 }
 
 /// One APNs token of a `batchImport`, with the installation and registration made for it should it be new.

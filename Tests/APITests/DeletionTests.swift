@@ -159,6 +159,9 @@ struct DeletionTests {
             _ = try await s.request(
                 "POST", "/v1/projects/\(s.project.id)/registrations/\(i.fid)/topicSubscriptions?topicName=news",
                 headers: s.serverHeaders, json: [:])
+            // A token for another sender (iOS retrieveFCMToken(forSenderID:)) is held too.
+            let installation = try #require(try await s.app.installations.find(project: s.project, fid: i.fid))
+            _ = try await s.app.registrations.senderToken(installation: installation, sender: "987", scope: "*")
             _ = try await s.app.jobs.relayEvents()
             #expect(
                 try await s.request(

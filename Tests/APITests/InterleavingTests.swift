@@ -1,5 +1,6 @@
 import Foundation
 import JSON
+import Registry
 import Testing
 import TokenRegistryTesting
 
@@ -102,6 +103,60 @@ struct InterleavingTests {
         }
     }
 
+    /// A serialization failure (SQLSTATE 40001, raised by the server inside the route's own statement: a trigger
+    /// stands in for the concurrent update that causes one) answers 503 with Retry-After in every route's shape:
+    /// the Google JSON of the refresh callback and the FIS create, and the register API's `Error=` text. Once the
+    /// conflict is gone the same requests succeed.
+    @Test func aSerializationFailureIsAnsweredWithARetryableStatusInEveryShape() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation(app: s.ios)
+            let checkin = try await s.request(
+                "POST", "/checkin", headers: ["content-type": "application/json"], json: ["id": 0, "security_token": 0])
+            let device = (
+                try #require(checkin.json?["android_id"]?.int64Value), try #require(checkin.json?["security_token"]?.int64Value)
+            )
+            func callback() async throws -> Reply {
+                try await s.request(
+                    "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
+                    json: ["token": .string(i.fid + ":tok"), "platform": "ios"])
+            }
+            func register() async throws -> Reply {
+                try await s.request(
+                    "POST", "/register",
+                    headers: [
+                        "Authorization": "AidLogin \(device.0):\(device.1)", "x-goog-firebase-installations-auth": i.authToken,
+                        "Content-Type": "application/x-www-form-urlencoded",
+                    ], body: Bodies.form([("app", "com.example.app"), ("sender", "123456789012"), ("appid", i.fid)]))
+            }
+            func create() async throws -> Reply {
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.ios.apiKey],
+                    json: ["appId": .string(s.ios.id), "authVersion": "FIS_v2", "sdkVersion": "i:12.19.0"])
+            }
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute(
+                """
+                        CREATE FUNCTION conflict() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                            RAISE EXCEPTION 'could not serialize access due to concurrent update' USING ERRCODE = '40001';
+                        END $$;
+                        CREATE TRIGGER conflict BEFORE INSERT OR UPDATE ON registrations FOR EACH ROW EXECUTE FUNCTION conflict();
+                        CREATE TRIGGER conflict BEFORE INSERT ON installations FOR EACH ROW EXECUTE FUNCTION conflict();
+                        """)
+            let failed = try await callback()
+            #expect(failed.status == 503 && failed.header("retry-after") != nil, "\(failed)")
+            #expect(failed.json?["error"]?["status"]?.stringValue == "UNAVAILABLE")
+            let text = try await register()
+            #expect(text.status == 503 && text.text == "Error=SERVICE_NOT_AVAILABLE", "\(text)")
+            #expect(text.header("retry-after") != nil)
+            let fis = try await create()
+            #expect(fis.status == 503 && fis.header("retry-after") != nil, "\(fis)")
+            try await session.execute("DROP TRIGGER conflict ON registrations; DROP TRIGGER conflict ON installations")
+            #expect(try await callback().status == 200)
+            #expect(try await register().text.hasPrefix("token="))
+            #expect(try await create().status == 200)
+        }
+    }
+
     /// Two refresh callbacks for one installation, the newer one first: the older must not overwrite it.
     @Test func theNewestClientTimeWinsWhateverTheOrder() async throws {
         try await TestService.with { s in
@@ -156,6 +211,39 @@ struct InterleavingTests {
             )
             let stored = try await s.pool.query("SELECT count(*) AS n FROM registrations WHERE fid = \(i.fid)")
             #expect(try stored.first?.require("n", as: Int.self) == 0)
+        }
+    }
+
+    /// Three sender tokens asked for at once when the installation has room for one: each counts after the
+    /// installation's lock, so the ones queued behind it count the others' tokens. Counting before the lock lets all
+    /// three pass (their inserts only wait at the foreign key) and this test fails.
+    @Test func senderTokensQueuedBehindTheInstallationsLockCountOneAfterAnother() async throws {
+        try await TestService.with { s in
+            let reply = try await s.createInstallation()
+            let i = try #require(try await s.app.installations.find(project: s.project, fid: reply.fid))
+            for n in 0..<(RegistrationService.maxSenderTokens - 1) {
+                _ = try await s.app.registrations.senderToken(installation: i, sender: "held-\(n)", scope: "*")
+            }
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query("SELECT 1 FROM installations WHERE fid = \(i.fid) FOR UPDATE")
+            let racers = (0..<3).map { n in
+                Task { try await s.app.registrations.senderToken(installation: i, sender: "racer-\(n)", scope: "*") }
+            }
+            try await session.waitUntilBlocked(3)
+            try await session.execute("COMMIT")
+            var granted = 0
+            for racer in racers {
+                do {
+                    _ = try await racer.value
+                    granted += 1
+                } catch let error as RegistryError {
+                    #expect(error.kind == .resourceExhausted, "\(error)")
+                }
+            }
+            #expect(granted == 1)
+            let held = try await s.pool.query("SELECT count(*) AS n FROM sender_tokens WHERE fid = \(i.fid)")
+            #expect(try held.first?.require("n", as: Int.self) == RegistrationService.maxSenderTokens)
         }
     }
 

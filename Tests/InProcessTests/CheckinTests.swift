@@ -51,6 +51,28 @@ struct CheckinTests {
                 ].filter { !overridden.contains($0.0) } + extra))
     }
 
+    /// A delete exactly as `FIRMessagingTokenDeleteOperation` builds it: the standard items (with `X-scope` when the
+    /// operation has a scope), `delete=true`, `iid-operation=delete` for `deleteData`, `sender` when it names one,
+    /// `appid` when it has the FID. No `X-subtype`, no APNs token.
+    func delete(
+        _ s: InProcessService, _ device: (id: String, secret: String), _ i: CreatedInstallationReply,
+        sender: String?, scope: String?, appid: Bool = true, deleteData: Bool = false
+    ) async throws -> Reply {
+        var items: [(String, String)] = [("X-osv", "17.0"), ("device", device.id)]
+        if let scope { items.append(("X-scope", scope)) }
+        items += [("plat", "2"), ("app", "com.example.app"), ("app_ver", "1.4"), ("X-cliv", "fiid-12.19.0")]
+        items.append(("delete", "true"))
+        if deleteData { items.append(("iid-operation", "delete")) }
+        if let sender { items.append(("sender", sender)) }
+        if appid { items.append(("appid", i.fid)) }
+        return try await s.request(
+            "POST", "/register",
+            headers: [
+                "Authorization": "AidLogin \(device.id):\(device.secret)", "app": "com.example.app",
+                "x-goog-firebase-installations-auth": i.authToken, "Content-Type": "application/x-www-form-urlencoded",
+            ], body: Self.form(items))
+    }
+
     /// `POST /iid/register` in its shortest form: the check-in, the token, the topic.
     func subscribe(_ s: InProcessService, _ device: (id: String, secret: String), token: String, to topic: String)
         async throws -> Reply
@@ -241,7 +263,8 @@ struct CheckinTests {
             let subscribed = try await subscribe(s, device, token: oldToken, to: "news")
             #expect(subscribed.status == 200)
             let fresh = try await s.createInstallation(app: s.ios)
-            let cleanUp = try await register(s, device, fresh, extra: [("delete", "true")])
+            // `didDeleteFCMScopedTokensForCheckin`: no sender, no scope, no appid.
+            let cleanUp = try await delete(s, device, fresh, sender: nil, scope: nil, appid: false)
             #expect(cleanUp.status == 200 && cleanUp.text == "deleted=\(oldToken)", "\(cleanUp)")
             let gone = try await s.request(
                 "GET", "/v1/projects/\(s.project.id)/registrations/\(oldToken):sendability", headers: s.serverHeaders)
@@ -252,6 +275,82 @@ struct CheckinTests {
             // The device then registers its new installation with the same check-in.
             let again = try await register(s, device, fresh)
             #expect(again.status == 200 && again.text.hasPrefix("token=\(fresh.fid):"), "\(again)")
+        }
+    }
+
+    /// `retrieveFCMToken(forSenderID:)` and `deleteFCMToken(forSenderID:)`: one token per sender and scope beside the
+    /// installation's own, each deleted alone; `deleteData` (`sender=*`) deletes them all. The project's own sender
+    /// with scope `*` stays the registration every other route targets.
+    @Test func everySenderAndScopeHasItsOwnToken() async throws {
+        try await InProcessService.with { s in
+            let device = try await checkIn(s)
+            let i = try await s.createInstallation(app: s.ios)
+            func token(_ reply: Reply) -> String { String(reply.text.dropFirst(6)) }
+            func fetch(sender: String, scope: String = "*") async throws -> Reply {
+                try await register(s, device, i, extra: [("sender", sender), ("X-subtype", sender), ("X-scope", scope)])
+            }
+            func sendable(_ token: String) async throws -> Bool {
+                try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/registrations/\(token):sendability", headers: s.serverHeaders
+                ).json?["reason"]?.stringValue == "OK"
+            }
+            let own = token(try await register(s, device, i))
+            let partner = try await fetch(sender: "987654321098")
+            #expect(partner.status == 200 && partner.text.hasPrefix("token=\(i.fid):"), "\(partner)")
+            let partnerToken = token(partner)
+            #expect(partnerToken != own)
+            // The same sender and scope: the same token; another scope of the same sender: another.
+            #expect(token(try await fetch(sender: "987654321098")) == partnerToken)
+            let scoped = token(try await fetch(sender: "987654321098", scope: "fcm"))
+            #expect(scoped != partnerToken && scoped != own)
+            // The project's own sender is the installation's registration, unchanged by the others.
+            #expect(token(try await fetch(sender: String(s.project.number))) == own)
+            #expect(try await sendable(own))
+            #expect(!(try await sendable(partnerToken)), "a sender's token is not a target of this project")
+            // deleteFCMToken(forSenderID:) deletes exactly that one.
+            let deleted = try await delete(s, device, i, sender: "987654321098", scope: "*")
+            #expect(deleted.status == 200 && deleted.text == "deleted=\(partnerToken)", "\(deleted)")
+            #expect(try await sendable(own))
+            #expect(token(try await fetch(sender: "987654321098", scope: "fcm")) == scoped)
+            let renewed = token(try await fetch(sender: "987654321098"))
+            #expect(renewed != partnerToken && renewed.hasPrefix(i.fid + ":"))
+            // Deleting a token the device no longer has succeeds and touches nothing.
+            #expect(try await delete(s, device, i, sender: "555", scope: "*").text.hasPrefix("deleted="))
+            #expect(try await sendable(own))
+            // The wildcard only deletes; a sender of control characters is refused by name.
+            let wildcard = try await fetch(sender: "*")
+            #expect(wildcard.status == 400 && wildcard.text == "Error=INVALID_PARAMETERS", "\(wildcard)")
+            #expect(try await fetch(sender: "a\u{1}b").status == 400)
+            // deleteData: sender=*, X-scope=*, iid-operation=delete: every token of the installation.
+            let all = try await delete(s, device, i, sender: "*", scope: "*", deleteData: true)
+            #expect(all.status == 200 && all.text.hasPrefix("deleted="), "\(all)")
+            #expect(!(try await sendable(own)))
+            #expect(token(try await fetch(sender: "987654321098")) != renewed)
+            #expect(token(try await fetch(sender: "987654321098", scope: "fcm")) != scoped)
+        }
+    }
+
+    /// Sender tokens are bounded per installation and gated by consent like the installation's own.
+    @Test func senderTokensAreBoundedAndNeedConsent() async throws {
+        try await InProcessService.with { s in
+            let device = try await checkIn(s)
+            let i = try await s.createInstallation(app: s.ios)
+            for n in 0..<32 {
+                let reply = try await register(s, device, i, extra: [("sender", "sender-\(n)"), ("X-subtype", "sender-\(n)")])
+                #expect(reply.status == 200, "\(reply)")
+            }
+            let over = try await register(s, device, i, extra: [("sender", "one-more"), ("X-subtype", "one-more")])
+            #expect(over.status == 429 && over.text == "Error=RESOURCE_EXHAUSTED", "\(over)")
+            // One deleted makes room again.
+            #expect(try await delete(s, device, i, sender: "sender-0", scope: "*").status == 200)
+            #expect(
+                try await register(s, device, i, extra: [("sender", "one-more"), ("X-subtype", "one-more")]).status
+                    == 200)
+            let optedOut = try await s.createInstallation(app: s.consentFirst)
+            let gated = try await register(
+                s, try await checkIn(s), optedOut, extra: [("sender", "987654321098"), ("X-subtype", "987654321098")],
+                gmpAppID: s.consentFirst.id)
+            #expect(gated.status == 400 && gated.text == "Error=FAILED_PRECONDITION", "\(gated)")
         }
     }
 }

@@ -34,7 +34,7 @@ struct OpsTests {
             let wrongMethod = try await s.request("GET", "/v1/projects/\(s.project.id)/installations")
             #expect(wrongMethod.status == 405)
             #expect(wrongMethod.header("allow") == "POST")
-            let badEscape = try await s.request("GET", "/v1/projects/%zz/installations")
+            let badEscape = try await s.request("GET", "/v1/projects/%e2%82/installations")
             #expect(badEscape.status == 400)
         }
     }

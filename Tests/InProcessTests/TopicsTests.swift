@@ -85,6 +85,49 @@ struct TopicsTests {
         }
     }
 
+    /// Android puts the topic into the path as it is (`TopicSubscriptionClient.java`); iOS and Python percent-encode
+    /// it. Topic names may hold `%`, so both forms must name the same topic. Generated: names over the whole topic
+    /// alphabet, `%` often, in every position, each sent both ways. (A `%` followed by two hex digits is an escape
+    /// whichever client wrote it, by RFC 3986; those names are sent encoded only.)
+    @Test func topicsMeanTheSameEncodedOrNot() async throws {
+        try await InProcessService.with { s in
+            let i = try await s.createInstallation()
+            let auth = ["x-goog-firebase-installations-auth": i.authToken, "x-goog-api-key": s.web.apiKey]
+            let alphabet = Array("abcXYZ019-_.~%%%%")
+            var generator = SystemRandomNumberGenerator()
+            var names = ["%", "100%", "%done", "a%b", "a%%b", "%g0", "%4", "private/50%off"]
+            for _ in 0..<60 {
+                names.append(String((0..<Int.random(in: 1...12, using: &generator)).map { _ in alphabet.randomElement(using: &generator)! }))
+            }
+            var unreserved = CharacterSet.alphanumerics
+            unreserved.insert(charactersIn: "-._~")
+            func escapes(_ name: String) -> Bool {
+                let bytes = Array(name.utf8)
+                return bytes.indices.contains { at in
+                    bytes[at] == UInt8(ascii: "%") && at + 2 < bytes.count
+                        && bytes[(at + 1)...(at + 2)].allSatisfy { (0x30...0x39).contains($0) || (0x41...0x46).contains($0) || (0x61...0x66).contains($0) }
+                }
+            }
+            func path(_ segment: String) -> String {
+                "/v1/projects/\(s.project.id)/registrations/\(i.fid)/topicSubscriptions/\(segment)"
+            }
+            for name in names {
+                let encoded = name.addingPercentEncoding(withAllowedCharacters: unreserved)!
+                var forms = [encoded]
+                if !escapes(name) { forms.append(name.replacingOccurrences(of: "/", with: "%2F")) }
+                for form in forms {
+                    let subscribed = try await s.request("POST", path(form) + ":subscribe", headers: auth)
+                    #expect(subscribed.status == 200, "\(name) as \(form): \(subscribed)")
+                    #expect(
+                        try await s.app.topics.subscription(project: s.project, fid: i.fid, topic: name) != nil,
+                        "\(name) as \(form)")
+                    #expect(try await s.request("POST", path(form) + ":unsubscribe", headers: auth).status == 200)
+                    #expect(try await s.app.topics.subscription(project: s.project, fid: i.fid, topic: name) == nil)
+                }
+            }
+        }
+    }
+
     @Test func iidBatchesAnswerInInputOrder() async throws {
         try await InProcessService.with { s in
             let regs = try await s.registered(count: 3)

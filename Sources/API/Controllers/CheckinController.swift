@@ -196,17 +196,25 @@ struct CheckinController: Sendable {
             previous = try await installations.find(project: project, fid: bound)
         }
         let movedFrom = try await checkins.bind(checkin, to: installation, previous: previous)
-        if form.deletes, let old = movedFrom {
-            // The SDK's fresh-install clean-up: the old check-in, the new installation's token. What the old
-            // installation held (its registration, its topics) goes with it: the device left it behind.
+        // The SDK names a token by sender (`X-subtype`, or `sender` alone on deletes) and scope.
+        let audience = try TokenAudience.of(
+            sender: form("subtype") ?? form("sender"), scope: form("scope"), project: project, deleting: form.deletes)
+        if form.deletes, let old = movedFrom, audience == .everything {
+            // The SDK's fresh-install clean-up: the old check-in, the new installation's token, no sender. What the
+            // old installation held (its tokens, its topics) goes with it: the device left it behind.
             let oldToken = try await registrations.find(project: project, tokenOrFID: old)?.token
             _ = try await installations.delete(projectID: project.id, fid: old, reason: .client)
             return Self.text(200, "deleted=\(oldToken ?? old)")
         }
         if form.deletes {
-            let current = try await registrations.find(project: project, tokenOrFID: installation.fid)
-            _ = try await registrations.delete(project: project, fid: installation.fid)
-            return Self.text(200, "deleted=\(current?.token ?? installation.fid)")
+            // Exactly what it names: the installation's own registration, one sender's token, or (`sender=*`, or no
+            // sender) all of them.
+            let deleted = try await registrations.delete(installation: installation, audience)
+            return Self.text(200, "deleted=\(deleted.first ?? installation.fid)")
+        }
+        if case let .sender(sender, scope) = audience {
+            let token = try await registrations.senderToken(installation: installation, sender: sender, scope: scope)
+            return Self.text(200, "token=\(token)")
         }
         var apns: APNsDevice?
         if let tuple = form("apns_token") {

@@ -14,6 +14,11 @@ public actor InMemoryStores {
         let fid: String
     }
 
+    struct SenderKey: Hashable {
+        let sender: String
+        let scope: String
+    }
+
     struct Delivery {
         var state: DeliveryState
         var attempts = 0
@@ -72,6 +77,8 @@ public actor InMemoryStores {
     var checkins: [UInt64: StoredCheckin] = [:]
     var checkinSeen: [UInt64: Date] = [:]
     var gcmTokens: [String: String] = [:]
+    /// Tokens of other senders and scopes, by installation, then by "sender scope".
+    var senderTokens: [Key: [SenderKey: (token: String, createdAt: Date)]] = [:]
     var jobRuns: [String: RegistryGauges.JobRun] = [:]
     var counters: [String: RegistryGauges.ServiceCounters] = [:]
     var sequence: Int64 = 0
@@ -141,6 +148,7 @@ extension InMemoryStores: InstallationStore, SecretStore {
         consents[key] = nil
         ledger[key] = nil
         registrations[key] = nil
+        senderTokens[key] = nil
         topics[key] = nil
         retired.insert(d.fidHash)
         let linked = services[d.projectID] ?? [:]
@@ -294,5 +302,26 @@ extension InMemoryStores: RegistrationStore {
             tokens[item.apnsToken] = r.token
         }
         return tokens
+    }
+
+    public func senderToken(
+        projectID: String, fid: String, sender: String, scope: String, candidate: String, at: Date, limit: Int
+    ) async throws -> SenderTokenWrite {
+        let key = Key(projectID: projectID, fid: fid)
+        guard installations[key] != nil else { return .installationNotFound }
+        guard messagingConsent(key) else { return .consentOff }
+        let pair = SenderKey(sender: sender, scope: scope)
+        if let existing = senderTokens[key]?[pair] { return .token(existing.token) }
+        guard (senderTokens[key]?.count ?? 0) < limit else { return .full }
+        senderTokens[key, default: [:]][pair] = (candidate, at)
+        return .token(candidate)
+    }
+
+    public func deleteSenderTokens(projectID: String, fid: String, sender: String?, scope: String?) async throws
+        -> [String]
+    {
+        let key = Key(projectID: projectID, fid: fid)
+        guard let sender, let scope else { return senderTokens.removeValue(forKey: key)?.values.map(\.token) ?? [] }
+        return senderTokens[key]?.removeValue(forKey: SenderKey(sender: sender, scope: scope)).map { [$0.token] } ?? []
     }
 }
