@@ -183,10 +183,11 @@ public protocol RegistrationStore: Sendable {
     /// its messaging consent.
     func senderToken(projectID: String, fid: String, sender: String, scope: String, candidate: String, at: Date,
         limit: Int) async throws -> SenderTokenWrite
-    /// Removes the installation's sender tokens: the one of `sender` and `scope`, or all when both are nil.
+    /// Removes the installation's sender tokens: the one of `only`'s sender and scope, or all when it is nil.
     ///
     /// - Returns: the tokens removed.
-    func deleteSenderTokens(projectID: String, fid: String, sender: String?, scope: String?) async throws -> [String]
+    func deleteSenderTokens(projectID: String, fid: String, only: (sender: String, scope: String)?) async throws
+        -> [String]
 }
 
 /// One APNs token of a `batchImport`, with the installation and registration made for it should it be new.

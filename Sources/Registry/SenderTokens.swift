@@ -6,7 +6,7 @@ import Foundation
 /// number) with scope `*` is the installation's registration, the one every other route targets; any other pair gets
 /// a token of its own, kept beside it and deleted one by one. `sender=*` is `deleteData`'s wildcard.
 public enum TokenAudience: Hashable, Sendable {
-    /// The project's number as the sender (or no sender), scope `*` (or none): the installation's registration.
+    /// No sender, or the project's number as the sender with scope `*` (or none): the installation's registration.
     case project
     /// Another sender or scope.
     case sender(String, scope: String)
@@ -82,11 +82,11 @@ extension RegistrationService {
             let current = try await store.find(projectID: project, fid: fid)
             return try await store.delete(projectID: project, fid: fid) ? current.map { [$0.token] } ?? [] : []
         case let .sender(sender, scope):
-            return try await store.deleteSenderTokens(projectID: project, fid: fid, sender: sender, scope: scope)
+            return try await store.deleteSenderTokens(projectID: project, fid: fid, only: (sender, scope))
         case .everything:
             let current = try await store.find(projectID: project, fid: fid)
             let own = try await store.delete(projectID: project, fid: fid) ? current.map { [$0.token] } ?? [] : []
-            return own + (try await store.deleteSenderTokens(projectID: project, fid: fid, sender: nil, scope: nil))
+            return own + (try await store.deleteSenderTokens(projectID: project, fid: fid, only: nil))
         }
     }
 }

@@ -44,12 +44,14 @@ extension PostgresRegistrationStore {
         }
     }
 
-    func deleteSenderTokens(projectID: String, fid: String, sender: String?, scope: String?) async throws -> [String] {
+    func deleteSenderTokens(projectID: String, fid: String, only: (sender: String, scope: String)?) async throws
+        -> [String]
+    {
         let rows = try await db.query(
             """
             DELETE FROM sender_tokens
             WHERE project_id = \(projectID) AND fid = \(fid)
-              AND (\(sender)::text IS NULL OR (sender = \(sender) AND scope = \(scope)))
+              AND (\(only == nil) OR (sender = \(only?.sender) AND scope = \(only?.scope)))
             RETURNING token
             """)
         return try rows.map { try $0.require("token") }

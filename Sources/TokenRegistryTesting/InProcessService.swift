@@ -15,6 +15,11 @@ public final class Exchanges: Sendable {
     public func routes(answered statuses: ClosedRange<Int>) -> Set<String> {
         Set(log.withLock { $0 }.filter { statuses.contains($0.status) }.map(\.route))
     }
+
+    /// Every status each `"METHOD template"` answered.
+    public var statuses: [String: Set<Int>] {
+        log.withLock { $0 }.reduce(into: [:]) { $0[$1.route, default: []].insert($1.status) }
+    }
 }
 
 /// The service in memory: the production ``Responder`` over the in-memory stores (``InMemoryStores``), driven by

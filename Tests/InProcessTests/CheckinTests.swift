@@ -353,4 +353,52 @@ struct CheckinTests {
             #expect(gated.status == 400 && gated.text == "Error=FAILED_PRECONDITION", "\(gated)")
         }
     }
+
+    /// The SDK's own forms around the default token: a fetch with no `X-scope`, `deleteToken()` (the project's number,
+    /// `X-scope=*`, no `X-subtype`), and `deleteData` after the device's FID changed: it deletes the tokens of the
+    /// installation it names and leaves the one the check-in came from (only a delete with no sender at all is the
+    /// fresh-install clean-up). A form refused for its sender moves no check-in.
+    @Test func theSDKsDefaultTokenFormsAndDeleteDataAfterAnFIDChange() async throws {
+        try await InProcessService.with { s in
+            let device = try await checkIn(s)
+            let number = String(s.project.number)
+            let old = try await s.createInstallation(app: s.ios)
+            let oldToken = String(try await register(s, device, old).text.dropFirst(6))
+            let fresh = try await s.createInstallation(app: s.ios)
+            // Refused before anything moves: the check-in still acts for the old installation.
+            #expect(try await register(s, device, fresh, extra: [("sender", "*"), ("X-subtype", "*")]).status == 400)
+            #expect(try await subscribe(s, device, token: oldToken, to: "news").status == 200)
+            // The default token, the check-in moved to the new installation; the same with no X-scope.
+            let own = try await register(s, device, fresh)
+            #expect(own.text.hasPrefix("token=\(fresh.fid):"), "\(own)")
+            let noScope = try await s.request(
+                "POST", "/register",
+                headers: [
+                    "Authorization": "AidLogin \(device.id):\(device.secret)", "x-goog-firebase-installations-auth": fresh.authToken,
+                    "Content-Type": "application/x-www-form-urlencoded",
+                ],
+                body: Self.form([("app", "com.example.app"), ("sender", number), ("X-subtype", number), ("appid", fresh.fid)]))
+            #expect(noScope.text == own.text, "\(noScope)")
+            let partner = String(
+                try await register(s, device, fresh, extra: [("sender", "987654321098"), ("X-subtype", "987654321098")]).text
+                    .dropFirst(6))
+            // deleteToken(): the installation's own token only.
+            let deleted = try await delete(s, device, fresh, sender: number, scope: "*")
+            #expect(deleted.text == "deleted=\(own.text.dropFirst(6))", "\(deleted)")
+            #expect(
+                try await register(s, device, fresh, extra: [("sender", "987654321098"), ("X-subtype", "987654321098")]).text
+                    == "token=\(partner)")
+            // deleteData with a check-in that has moved again (another FID change): this installation's tokens, and
+            // the installation it moved from stays.
+            let third = try await s.createInstallation(app: s.ios)
+            _ = try await register(s, device, third)
+            let all = try await delete(s, device, fresh, sender: "*", scope: "*", deleteData: true)
+            #expect(all.status == 200 && all.text.hasPrefix("deleted="), "\(all)")
+            #expect(try await s.app.installations.find(project: s.project, fid: third.fid) != nil)
+            #expect(try await s.app.installations.find(project: s.project, fid: fresh.fid) != nil)
+            #expect(
+                try await register(s, device, fresh, extra: [("sender", "987654321098"), ("X-subtype", "987654321098")]).text
+                    != "token=\(partner)")
+        }
+    }
 }

@@ -49,24 +49,27 @@ struct PrincipalTests {
     }
 
     @Test func everyRouteRefusesWhatItsPrincipalDoesNotAccept() async throws {
-        try await World.with { w in
-            for route in w.s.app.routeTable where route.credentials != [.anyone] {
-                let path = Self.path(route.template, w)
-                for shown in Self.shown(w) {
-                    if let satisfies = shown.satisfies, route.credentials.contains(satisfies) { continue }
-                    let reply = try await w.s.request(
-                        route.method, path, headers: shown.headers.merging(["Content-Type": "application/json"]) { a, _ in a },
-                        body: Array("{}".utf8))
-                    let what = "\(route.method) \(route.template) with \(shown.name): \(reply)"
-                    #expect([400, 401, 403].contains(reply.status), "\(what)")
-                    // In the route's own shape: Google's error object, IID's code, or the register API's text.
-                    if route.template.hasPrefix("/iid/v1") || route.template.hasPrefix("/iid/info") {
-                        #expect(reply.json?["error"]?.stringValue != nil, "\(what)")
-                    } else if route.credentials == [.aidLogin] {
-                        #expect(reply.text.hasPrefix("Error="), "\(what)")
-                    } else {
-                        #expect(reply.json?["error"]?["code"]?.int64Value == Int64(reply.status), "\(what)")
-                    }
+        try await World.with { w in try await Self.refuseEveryStranger(w) }
+    }
+
+    /// Every route with every credential its principal does not accept: a refusal in the route's own shape.
+    static func refuseEveryStranger(_ w: World) async throws {
+        for route in w.s.app.routeTable where route.credentials != [.anyone] {
+            let path = Self.path(route.template, w)
+            for shown in Self.shown(w) {
+                if let satisfies = shown.satisfies, route.credentials.contains(satisfies) { continue }
+                let reply = try await w.s.request(
+                    route.method, path, headers: shown.headers.merging(["Content-Type": "application/json"]) { a, _ in a },
+                    body: Array("{}".utf8))
+                let what = "\(route.method) \(route.template) with \(shown.name): \(reply)"
+                #expect([400, 401, 403].contains(reply.status), "\(what)")
+                // In the route's own shape: Google's error object, IID's code, or the register API's text.
+                if route.template.hasPrefix("/iid/v1") || route.template.hasPrefix("/iid/info") {
+                    #expect(reply.json?["error"]?.stringValue != nil, "\(what)")
+                } else if route.credentials == [.aidLogin] {
+                    #expect(reply.text.hasPrefix("Error="), "\(what)")
+                } else {
+                    #expect(reply.json?["error"]?["code"]?.int64Value == Int64(reply.status), "\(what)")
                 }
             }
         }

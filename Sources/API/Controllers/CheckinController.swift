@@ -195,13 +195,16 @@ struct CheckinController: Sendable {
         if let bound = checkin.fid, checkin.projectID == project.id, bound != installation.fid {
             previous = try await installations.find(project: project, fid: bound)
         }
-        let movedFrom = try await checkins.bind(checkin, to: installation, previous: previous)
-        // The SDK names a token by sender (`X-subtype`, or `sender` alone on deletes) and scope.
+        // The SDK names a token by sender (`X-subtype`, or `sender` alone on deletes) and scope; read before the
+        // check-in moves, so a request refused for its form moves nothing.
+        let sender = form("subtype") ?? form("sender")
         let audience = try TokenAudience.of(
-            sender: form("subtype") ?? form("sender"), scope: form("scope"), project: project, deleting: form.deletes)
-        if form.deletes, let old = movedFrom, audience == .everything {
-            // The SDK's fresh-install clean-up: the old check-in, the new installation's token, no sender. What the
-            // old installation held (its tokens, its topics) goes with it: the device left it behind.
+            sender: sender, scope: form("scope"), project: project, deleting: form.deletes)
+        let movedFrom = try await checkins.bind(checkin, to: installation, previous: previous)
+        if form.deletes, let old = movedFrom, sender == nil {
+            // The SDK's fresh-install clean-up: the old check-in, the new installation's token, no sender at all
+            // (`deleteData`'s `sender=*` deletes this installation's tokens instead). What the old installation held
+            // (its tokens, its topics) goes with it: the device left it behind.
             let oldToken = try await registrations.find(project: project, tokenOrFID: old)?.token
             _ = try await installations.delete(projectID: project.id, fid: old, reason: .client)
             return Self.text(200, "deleted=\(oldToken ?? old)")

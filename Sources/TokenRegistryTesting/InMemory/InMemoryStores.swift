@@ -317,11 +317,12 @@ extension InMemoryStores: RegistrationStore {
         return .token(candidate)
     }
 
-    public func deleteSenderTokens(projectID: String, fid: String, sender: String?, scope: String?) async throws
-        -> [String]
+    public func deleteSenderTokens(projectID: String, fid: String, only: (sender: String, scope: String)?)
+        async throws -> [String]
     {
         let key = Key(projectID: projectID, fid: fid)
-        guard let sender, let scope else { return senderTokens.removeValue(forKey: key)?.values.map(\.token) ?? [] }
-        return senderTokens[key]?.removeValue(forKey: SenderKey(sender: sender, scope: scope)).map { [$0.token] } ?? []
+        guard let only else { return senderTokens.removeValue(forKey: key)?.values.map(\.token) ?? [] }
+        return senderTokens[key]?.removeValue(forKey: SenderKey(sender: only.sender, scope: only.scope)).map { [$0.token] }
+            ?? []
     }
 }
