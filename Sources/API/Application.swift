@@ -51,7 +51,7 @@ public final class Application: Sendable {
         let services = try await RegistryServices.make(
             stores: stores, reads: reads, clock: clock,
             freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays),
-            policy: configuration.deletionPolicy,
+            policy: configuration.deletionPolicy, feedbackPolicy: configuration.feedbackPolicy,
             transport: transport
                 ?? SocketDeliveryTransport(policy: configuration.deletionPolicy.endpoints, resolver: resolver),
             resolver: resolver,

@@ -45,6 +45,8 @@ public struct Configuration: Sendable {
     public var expireDays = 270.0
     /// Deletion delivery, purge and expiry timing (see ``DeletionPolicy``).
     public var deletionPolicy = DeletionPolicy()
+    /// Send feedback's breaker, quarantine and retention (see ``FeedbackPolicy``).
+    public var feedbackPolicy = FeedbackPolicy()
     /// How often each replica runs the jobs; 0 turns the loop off (then run `token-registry jobs run`).
     public var jobsIntervalSeconds = 10.0
 
@@ -154,6 +156,15 @@ public struct Configuration: Sendable {
         }
         c.deletionPolicy.endpoints.allowPrivate = try reader.bool("LINKED_SERVICE_ALLOW_PRIVATE", default: false)
         c.jobsIntervalSeconds = Double(try reader.int("JOBS_INTERVAL_SECONDS", default: 10, range: 0...86_400))
+        c.feedbackPolicy.breakerShare =
+            Double(try reader.int("FEEDBACK_BREAKER_PERCENT", default: 50, range: 1...100)) / 100
+        c.feedbackPolicy.breakerMinimum = try reader.int("FEEDBACK_BREAKER_MINIMUM", default: 100, range: 1...1_000_000)
+        c.feedbackPolicy.window = Double(
+            try reader.int("FEEDBACK_BREAKER_WINDOW_SECONDS", default: 600, range: 60...86_400))
+        c.feedbackPolicy.suspectConfirmAfter =
+            Double(try reader.int("FEEDBACK_SUSPECT_CONFIRM_HOURS", default: 24, range: 1...8760)) * 3600
+        c.feedbackPolicy.retiredRetention =
+            Double(try reader.int("FEEDBACK_RETIRED_RETENTION_DAYS", default: 30, range: 1...3650)) * 86_400
         guard c.expireDays > c.staleDays else {
             throw ConfigurationError(variable: "EXPIRE_AFTER_DAYS", problem: "must be larger than STALE_AFTER_DAYS")
         }

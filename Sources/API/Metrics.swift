@@ -29,6 +29,9 @@ public final class Metrics: Sendable {
         /// By job name (a closed set): units failed on their own rows, and runs in which the job failed whole.
         var jobUnitFailures: [String: Int] = [:]
         var jobFailures: [String: Int] = [:]
+        /// Send feedback results by channel and class, and what they did (closed sets).
+        var feedbackResults: [String: Int] = [:]
+        var feedbackActions: [String: Int] = [:]
     }
 
     private let state = Mutex(State())
@@ -49,6 +52,16 @@ public final class Metrics: Sendable {
         state.withLock { s in
             for (job, count) in report.unitFailures { s.jobUnitFailures[job, default: 0] += count }
             for job in report.failed.keys { s.jobFailures[job, default: 0] += 1 }
+        }
+    }
+
+    /// Counts one feedback batch: each result's channel and class, and its action.
+    public func record(feedback results: [FeedbackResult], actions: [FeedbackAction]) {
+        state.withLock { s in
+            for r in results {
+                s.feedbackResults["channel=\"\(r.outcome.channel.rawValue)\",class=\"\(r.outcome.feedbackClass.rawValue)\"", default: 0] += 1
+            }
+            for a in actions { s.feedbackActions[a.rawValue, default: 0] += 1 }
         }
     }
 
@@ -83,6 +96,16 @@ public final class Metrics: Sendable {
         out += "# TYPE registry_job_failures_total counter\n"
         for (job, count) in snapshot.jobFailures.sorted(by: { $0.key < $1.key }) {
             out += "registry_job_failures_total{job=\"\(job)\"} \(count)\n"
+        }
+        out += "# HELP registry_feedback_results_total Send results received, by channel and outcome class (this replica).\n"
+        out += "# TYPE registry_feedback_results_total counter\n"
+        for (labels, count) in snapshot.feedbackResults.sorted(by: { $0.key < $1.key }) {
+            out += "registry_feedback_results_total{\(labels)} \(count)\n"
+        }
+        out += "# HELP registry_feedback_actions_total What send results did to registrations, by action (this replica).\n"
+        out += "# TYPE registry_feedback_actions_total counter\n"
+        for (action, count) in snapshot.feedbackActions.sorted(by: { $0.key < $1.key }) {
+            out += "registry_feedback_actions_total{action=\"\(action)\"} \(count)\n"
         }
         for line in extra { out += line + "\n" }
         return out

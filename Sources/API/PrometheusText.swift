@@ -65,6 +65,14 @@ enum PrometheusText {
             lines.append("registry_delivery_failures_total{\(labels)} \(service.failures)")
         }
         lines += [
+            "# HELP registry_feedback_breaker_tripped Send feedback's breaker is tripped for this project and channel: its retirements turned into quarantine until an operator clears it.",
+            "# TYPE registry_feedback_breaker_tripped gauge",
+        ]
+        for breaker in gauges.trippedBreakers {
+            lines.append(
+                "registry_feedback_breaker_tripped{project=\"\(escape(breaker.projectID))\",channel=\"\(escape(breaker.channel))\"} 1")
+        }
+        lines += [
             "# HELP registry_job_last_run_timestamp_seconds When each job last ran.",
             "# TYPE registry_job_last_run_timestamp_seconds gauge",
             "# HELP registry_job_duration_seconds How long each job's last run took.",

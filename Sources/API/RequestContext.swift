@@ -27,6 +27,15 @@ public struct RequestContext: Sendable {
         return value
     }
 
+    /// The body as a JSON object or array (a hook may post one item or a batch).
+    public func jsonObjectOrArray() throws -> JSONValue {
+        let value = try JSONParser.parse(request.body)
+        switch value {
+        case .object, .array: return value
+        default: throw APIError.invalid("the request body must be a JSON object or array, not \(value.typeName)")
+        }
+    }
+
     public func header(_ name: String) -> String? { request.headers[name] }
 }
 

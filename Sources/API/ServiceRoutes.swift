@@ -41,6 +41,7 @@ extension Responder {
         )
         .register(&routes)
         DeletionsController(deletions: s.deletions, feed: s.feed).register(&routes)
+        FeedbackController(feedback: s.feedback, metrics: metrics).register(&routes)
         TokenController(serviceAccounts: s.serviceAccounts).register(&routes)
         CheckinController(
             catalog: s.catalog, checkins: s.checkins, installations: s.installations, registrations: s.registrations,

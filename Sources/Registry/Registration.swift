@@ -16,13 +16,19 @@ public struct Registration: Sendable, Equatable {
     public var clientTime: Date?
     public var createdAt: Date
     public var refreshedAt: Date
+    /// Why send feedback retired it (with ``RegistrationState/retired``).
+    public var retirement: Retirement?
+    /// Set while send feedback holds it in quarantine (it is still targeted).
+    public var quarantine: Quarantine?
 
     public init(
         projectID: String, fid: String, token: String, platform: Platform, apnsToken: String? = nil,
         apnsEnvironment: APNsEnvironment? = nil, bundleID: String? = nil, appVersion: String? = nil,
         sdkVersion: String? = nil, web: WebPush? = nil, state: RegistrationState = .active, clientTime: Date? = nil,
-        createdAt: Date, refreshedAt: Date
+        createdAt: Date, refreshedAt: Date, retirement: Retirement? = nil, quarantine: Quarantine? = nil
     ) {
+        self.retirement = retirement
+        self.quarantine = quarantine
         self.projectID = projectID
         self.fid = fid
         self.token = token
@@ -37,6 +43,46 @@ public struct Registration: Sendable, Equatable {
         self.clientTime = clientTime
         self.createdAt = createdAt
         self.refreshedAt = refreshedAt
+    }
+}
+
+/// Why and when send feedback retired a registration.
+public struct Retirement: Sendable, Equatable {
+    /// The sender's code (`UNREGISTERED`, `Unregistered`, `410`, ...).
+    public let reason: String
+    public let channel: FeedbackChannel
+    public let at: Date
+    /// Since when the sender says the token is invalid (APNs 410's timestamp).
+    public let invalidSince: Date?
+
+    public init(reason: String, channel: FeedbackChannel, at: Date, invalidSince: Date?) {
+        self.reason = reason
+        self.channel = channel
+        self.at = at
+        self.invalidSince = invalidSince
+    }
+
+    /// Whether a write of the registration (`incoming`: its token and client time) leaves it retired: only a write of
+    /// the same token whose client time is not after the time the token became invalid. Any other write revives it.
+    /// Both stores apply exactly this rule (PostgreSQL in `registry_feedback_revive`, migration 21).
+    public func survives(token: String, storedToken: String, clientTime: Date?) -> Bool {
+        guard token == storedToken, let invalidSince, let clientTime else { return false }
+        return clientTime <= invalidSince
+    }
+}
+
+/// Send feedback's mark on a registration that may be dead, or whose retirement the breaker held back.
+public struct Quarantine: Sendable, Equatable {
+    public let reason: String
+    public let channel: FeedbackChannel
+    public let at: Date
+    public let byBreaker: Bool
+
+    public init(reason: String, channel: FeedbackChannel, at: Date, byBreaker: Bool) {
+        self.reason = reason
+        self.channel = channel
+        self.at = at
+        self.byBreaker = byBreaker
     }
 }
 
@@ -114,6 +160,7 @@ public struct Freshness: Sendable {
         let age = now.timeIntervalSince(registration.refreshedAt)
         if !messagingConsent { return .noConsent }
         if registration.state == .disabled { return .disabled }
+        if registration.state == .retired { return .retired }
         if age > expireAfter { return .expired }
         if age > staleAfter { return .stale }
         return .ok

@@ -12,6 +12,7 @@ public struct RegistryServices: Sendable {
     public let feed: ChangeFeed
     public let serviceAccounts: ServiceAccountService
     public let checkins: CheckinService
+    public let feedback: FeedbackService
     public let jobs: Jobs
     public let health: any StoreHealth
     public let clock: any WallClock
@@ -25,8 +26,8 @@ public struct RegistryServices: Sendable {
     ///   - jobTime: where the jobs read the time: the database's clock, or an explicit one.
     public static func make(
         stores: RegistryStores, reads: RegistryStores? = nil, clock: any WallClock, freshness: Freshness = Freshness(),
-        policy: DeletionPolicy = DeletionPolicy(), transport: any DeliveryTransport, resolver: any HostResolver,
-        jobTime: JobClock.Source = .database
+        policy: DeletionPolicy = DeletionPolicy(), feedbackPolicy: FeedbackPolicy = FeedbackPolicy(),
+        transport: any DeliveryTransport, resolver: any HostResolver, jobTime: JobClock.Source = .database
     ) async throws -> RegistryServices {
         let tokens = TokenIssuer(store: stores.signingKeys, clock: clock)
         try await tokens.reload()
@@ -37,14 +38,16 @@ public struct RegistryServices: Sendable {
         return RegistryServices(
             stores: stores, reads: reads ?? stores, tokens: tokens, fidHasher: fidHasher,
             serviceAccounts: serviceAccounts, clock: clock,
-            freshness: freshness, policy: policy, transport: transport, resolver: resolver, jobTime: jobTime)
+            freshness: freshness, policy: policy, feedbackPolicy: feedbackPolicy, transport: transport,
+            resolver: resolver, jobTime: jobTime)
     }
 
     private init(
         stores: RegistryStores, reads: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher,
         serviceAccounts: ServiceAccountService,
         clock: any WallClock, freshness: Freshness,
-        policy: DeletionPolicy, transport: any DeliveryTransport, resolver: any HostResolver, jobTime: JobClock.Source
+        policy: DeletionPolicy, feedbackPolicy: FeedbackPolicy, transport: any DeliveryTransport,
+        resolver: any HostResolver, jobTime: JobClock.Source
     ) {
         self.tokens = tokens
         self.serviceAccounts = serviceAccounts
@@ -70,9 +73,10 @@ public struct RegistryServices: Sendable {
             resolver: resolver)
         feed = ChangeFeed(store: reads.feed)
         checkins = CheckinService(store: stores.checkins, clock: clock)
+        feedback = FeedbackService(store: stores.feedback, clock: clock, policy: feedbackPolicy)
         jobs = Jobs(
             installations: installations, installationStore: stores.installations, deliveries: stores.deliveries,
             maintenance: stores.maintenance, feed: stores.feed, transport: transport, policy: policy,
-            freshness: freshness, time: jobTime, replicaClock: clock, checkins: checkins)
+            freshness: freshness, time: jobTime, replicaClock: clock, checkins: checkins, feedback: feedback)
     }
 }

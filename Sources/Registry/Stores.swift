@@ -15,6 +15,7 @@ public struct RegistryStores: Sendable {
     public var secrets: any SecretStore
     public var serviceAccounts: any ServiceAccountStore
     public var checkins: any CheckinStore
+    public var feedback: any FeedbackStore
     public var health: any StoreHealth
 
     public init(
@@ -22,7 +23,8 @@ public struct RegistryStores: Sendable {
         registrations: any RegistrationStore, topics: any TopicStore, targeting: any TargetingStore,
         deletions: any DeletionStore, deliveries: any DeliveryStore, maintenance: any MaintenanceStore,
         feed: any ChangeFeedStore, signingKeys: any SigningKeyStore, secrets: any SecretStore,
-        serviceAccounts: any ServiceAccountStore, checkins: any CheckinStore, health: any StoreHealth
+        serviceAccounts: any ServiceAccountStore, checkins: any CheckinStore, feedback: any FeedbackStore,
+        health: any StoreHealth
     ) {
         self.catalog = catalog
         self.installations = installations
@@ -38,6 +40,7 @@ public struct RegistryStores: Sendable {
         self.secrets = secrets
         self.serviceAccounts = serviceAccounts
         self.checkins = checkins
+        self.feedback = feedback
         self.health = health
     }
 }

@@ -7,6 +7,8 @@ public struct Target: Sendable, Equatable {
     public let platform: Platform
     public let refreshedAt: Date
     public let stale: Bool
+    /// Send feedback holds it in quarantine (still targeted).
+    public let quarantined: Bool
 }
 
 /// A registration that passed the targeting filter, as the store returns it.
@@ -15,12 +17,15 @@ public struct LiveRegistration: Sendable, Equatable {
     public let token: String
     public let platform: Platform
     public let refreshedAt: Date
+    /// Send feedback holds it in quarantine: still targeted, most likely fine.
+    public let quarantined: Bool
 
-    public init(fid: String, token: String, platform: Platform, refreshedAt: Date) {
+    public init(fid: String, token: String, platform: Platform, refreshedAt: Date, quarantined: Bool = false) {
         self.fid = fid
         self.token = token
         self.platform = platform
         self.refreshedAt = refreshedAt
+        self.quarantined = quarantined
     }
 }
 
@@ -55,6 +60,8 @@ public enum Sendability: String, Sendable {
     case disabled = "DISABLED"
     case deleted = "DELETED"
     case unknownToken = "UNKNOWN_TOKEN"
+    /// A sender reported the token dead (send feedback).
+    case retired = "RETIRED"
 
     public var sendable: Bool { self == .ok || self == .stale }
 }
@@ -90,7 +97,7 @@ public struct TargetingService: Sendable {
     private func target(_ live: LiveRegistration, now: Date) -> Target {
         Target(
             fid: live.fid, token: live.token, platform: live.platform, refreshedAt: live.refreshedAt,
-            stale: now.timeIntervalSince(live.refreshedAt) > freshness.staleAfter)
+            stale: now.timeIntervalSince(live.refreshedAt) > freshness.staleAfter, quarantined: live.quarantined)
     }
 
     /// Live registrations subscribed to `topic`, after FID `after`.
@@ -112,16 +119,22 @@ public struct TargetingService: Sendable {
 
     /// Why a token (or FID) may or may not be sent to.
     public func sendability(project: Project, token: String) async throws -> Sendability {
+        try await verdict(project: project, token: token).reason
+    }
+
+    /// The sendability of a token and the registration it was judged on (its retirement and quarantine say more).
+    public func verdict(project: Project, token: String) async throws -> (reason: Sendability, registration: Registration?) {
         guard let registration = try await registrations.find(project: project, tokenOrFID: token) else {
             let fid = Identifiers.isValidFID(token) ? token : RegistrationToken.fid(of: token)
-            if let fid, try await installations.wasDeleted(project: project, fid: fid) { return .deleted }
-            return .unknownToken
+            if let fid, try await installations.wasDeleted(project: project, fid: fid) { return (.deleted, nil) }
+            return (.unknownToken, nil)
         }
         guard let installation = try await installations.find(project: project, fid: registration.fid) else {
-            return .deleted
+            return (.deleted, nil)
         }
-        return freshness.sendability(
+        let reason = freshness.sendability(
             of: registration, messagingConsent: try await consent.messagingEnabled(installation: installation),
             at: clock.now())
+        return (reason, registration)
     }
 }

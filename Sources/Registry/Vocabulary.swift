@@ -10,6 +10,15 @@ public enum EventType: String, Sendable, CaseIterable {
     case registrationDisabled = "registration.disabled"
     case registrationExpired = "registration.expired"
     case consentChanged = "consent.changed"
+    /// Send feedback retired the registration's token (data: `reason`, `class`, `channel`).
+    case registrationInvalidated = "registration.invalidated"
+    /// Send feedback marked the token as maybe dead, or the breaker held its retirement back (data as above).
+    case registrationQuarantined = "registration.quarantined"
+    /// A retired registration was registered or refreshed again.
+    case registrationRevived = "registration.revived"
+    /// A channel's breaker tripped: the project's feedback looks like a sender misconfiguration (no FID; data:
+    /// `channel`, `failing`, `results`).
+    case feedbackBreakerTripped = "feedback.breaker_tripped"
 }
 
 /// The stored state of a registration. Staleness and expiry are not states: they are computed from the last
@@ -18,6 +27,8 @@ public enum RegistrationState: String, Sendable {
     case active
     /// Messaging consent was withdrawn; only a new registration revives it.
     case disabled
+    /// A sender reported the token dead (send feedback); a later registration or refresh revives it.
+    case retired
 }
 
 /// Where one linked service stands with one deletion.

@@ -138,6 +138,9 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 job: try $0.require("job"), lastRun: try $0.require("last_run_at"),
                 durationSeconds: try $0.require("duration_ms", as: Double.self) / 1000)
         }
+        gauges.trippedBreakers = try await db.query(
+            "SELECT project_id, channel FROM feedback_breakers WHERE tripped ORDER BY project_id, channel"
+        ).map { RegistryGauges.TrippedBreaker(projectID: try $0.require("project_id"), channel: try $0.require("channel")) }
         return gauges
     }
 }

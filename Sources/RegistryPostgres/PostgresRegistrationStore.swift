@@ -130,6 +130,22 @@ struct PostgresRegistrationStore: RegistrationStore {
             bundleID: try row.decode("bundle_id"), appVersion: try row.decode("app_version"),
             sdkVersion: try row.decode("sdk_version"), web: web,
             state: try row.require("state", as: RegistrationState.self), clientTime: try row.decode("client_time"),
-            createdAt: try row.require("created_at"), refreshedAt: try row.require("refreshed_at"))
+            createdAt: try row.require("created_at"), refreshedAt: try row.require("refreshed_at"),
+            retirement: try Self.retirement(row), quarantine: try Self.quarantine(row))
+    }
+
+    static func retirement(_ row: PostgresRow) throws -> Retirement? {
+        guard let at: Date = try row.decode("retired_at") else { return nil }
+        return Retirement(
+            reason: try row.decode("retired_reason") ?? "", channel: try row.require("retired_channel", as: FeedbackChannel.self),
+            at: at, invalidSince: try row.decode("invalid_since"))
+    }
+
+    static func quarantine(_ row: PostgresRow) throws -> Quarantine? {
+        guard let at: Date = try row.decode("quarantined_at") else { return nil }
+        return Quarantine(
+            reason: try row.decode("quarantine_reason") ?? "",
+            channel: try row.require("quarantine_channel", as: FeedbackChannel.self), at: at,
+            byBreaker: try row.require("quarantined_by_breaker"))
     }
 }

@@ -44,7 +44,7 @@ public enum PostgresRegistry {
             maintenance: PostgresMaintenanceStore(db: db), feed: PostgresChangeFeedStore(db: db),
             signingKeys: PostgresSigningKeyStore(db: db), secrets: PostgresSecretStore(db: db),
             serviceAccounts: PostgresServiceAccountStore(db: db), checkins: PostgresCheckinStore(db: db),
-            health: health)
+            feedback: PostgresFeedbackStore(db: db), health: health)
     }
 }
 

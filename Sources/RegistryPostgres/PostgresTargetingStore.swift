@@ -62,7 +62,8 @@ struct PostgresTargetingStore: TargetingStore {
         // other plan's settings.
         func page(_ plan: PagePlan) -> PostgresQuery {
             """
-            SELECT /* \(unsafeSQL: plan.rawValue) */ r.fid, r.token, r.platform, r.refreshed_at
+            SELECT /* \(unsafeSQL: plan.rawValue) */ r.fid, r.token, r.platform, r.refreshed_at,
+                r.quarantined_at IS NOT NULL AS quarantined
             FROM topic_subscriptions ts
             JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
             JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid
@@ -94,7 +95,8 @@ struct PostgresTargetingStore: TargetingStore {
         let predicate = Self.sql(condition, binds: &binds)
         var query = PostgresQuery(
             unsafeSQL: """
-                SELECT r.fid, r.token, r.platform, r.refreshed_at FROM registrations r
+                SELECT r.fid, r.token, r.platform, r.refreshed_at, r.quarantined_at IS NOT NULL AS quarantined
+                FROM registrations r
                 JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = $5 AND c.granted
                 WHERE r.project_id = $1 AND r.state = $6 AND r.refreshed_at > $2::timestamptz AND r.fid > $3
                   AND c.fid > $3
@@ -122,6 +124,7 @@ struct PostgresTargetingStore: TargetingStore {
     static func decode(_ row: PostgresRow) throws -> LiveRegistration {
         LiveRegistration(
             fid: try row.require("fid"), token: try row.require("token"),
-            platform: try row.require("platform", as: Platform.self), refreshedAt: try row.require("refreshed_at"))
+            platform: try row.require("platform", as: Platform.self), refreshedAt: try row.require("refreshed_at"),
+            quarantined: try row.require("quarantined"))
     }
 }

@@ -16,11 +16,12 @@ struct TargetsBodyTests {
                 "registrations",
                 .array(
                     page.prefix(size).map { t in
-                        .object([
-                            ("token", .string(t.token)), ("fid", .string(t.fid)),
-                            ("platform", .string(t.platform.rawValue)), ("stale", .bool(t.stale)),
-                            ("refreshTime", .string(Timestamp.rfc3339(t.refreshedAt))),
-                        ])
+                        .object(
+                            [
+                                ("token", .string(t.token)), ("fid", .string(t.fid)),
+                                ("platform", .string(t.platform.rawValue)), ("stale", .bool(t.stale)),
+                                ("refreshTime", .string(Timestamp.rfc3339(t.refreshedAt))),
+                            ] + (t.quarantined ? [("quarantined", JSONValue.bool(true))] : []))
                     })
             )
         ]
@@ -43,7 +44,7 @@ struct TargetsBodyTests {
                         alphabet.randomElement(using: &generator)!
                     }), platform: [.ios, .android, .web][n % 3],
                 refreshedAt: Date(timeIntervalSince1970: Double.random(in: 0...4e9, using: &generator)),
-                stale: n % 2 == 0)
+                stale: n % 2 == 0, quarantined: n % 3 == 1)
         }
         let size = Int.random(in: 1...31, using: &generator)
         let written = TopicsController.targetsBody(page, size: size)

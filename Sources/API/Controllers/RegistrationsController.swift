@@ -105,8 +105,20 @@ struct RegistrationsController: Sendable {
     }
 
     func sendability(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
-        let verdict = try await targeting.sendability(project: caller.project, token: context.parameter("registration"))
-        return .json(["sendable": .bool(verdict.sendable), "reason": .string(verdict.rawValue)])
+        let verdict = try await targeting.verdict(project: caller.project, token: context.parameter("registration"))
+        var members: [(String, JSONValue)] = [
+            ("sendable", .bool(verdict.reason.sendable)), ("reason", .string(verdict.reason.rawValue)),
+        ]
+        // Why send feedback retired it, or that it holds it in quarantine (still sendable).
+        if let retirement = verdict.registration?.retirement, verdict.reason == .retired {
+            members.append(("retiredReason", .string(retirement.reason)))
+            members.append(("retireTime", .string(Timestamp.rfc3339(retirement.at))))
+        }
+        if let quarantine = verdict.registration?.quarantine {
+            members.append(("quarantined", true))
+            members.append(("quarantineReason", .string(quarantine.reason)))
+        }
+        return .json(.object(members))
     }
 
     // MARK: - Wire formats

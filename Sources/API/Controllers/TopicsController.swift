@@ -172,7 +172,7 @@ struct TopicsController: Sendable {
             out.append(
                 contentsOf: (t.stale ? #","stale":true,"refreshTime":""# : #","stale":false,"refreshTime":""#).utf8)
             Timestamp.appendRFC3339(t.refreshedAt, to: &out)
-            out.append(contentsOf: #""}"#.utf8)
+            out.append(contentsOf: (t.quarantined ? #"","quarantined":true}"# : #""}"#).utf8)
         }
         out.append(UInt8(ascii: "]"))
         if page.count > size, let last = page.prefix(size).last {

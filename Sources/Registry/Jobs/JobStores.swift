@@ -124,6 +124,18 @@ public struct RegistryGauges: Sendable, Equatable {
     public var oldestUndeliveredSeconds: Double
     public var services: [ServiceCounters]
     public var jobs: [JobRun]
+    /// Send feedback's tripped breakers, by project and channel (a project there is suspect).
+    public var trippedBreakers: [TrippedBreaker] = []
+
+    public struct TrippedBreaker: Sendable, Equatable {
+        public let projectID: String
+        public let channel: String
+
+        public init(projectID: String, channel: String) {
+            self.projectID = projectID
+            self.channel = channel
+        }
+    }
 
     public init(
         deletions: [ReceiptState: Int], oldestUndeliveredSeconds: Double, services: [ServiceCounters], jobs: [JobRun]

@@ -27,12 +27,13 @@ public struct Jobs: Sendable {
     let feed: any ChangeFeedStore
     let maintenance: any MaintenanceStore
     let checkins: CheckinService?
+    let feedback: FeedbackService?
 
     public init(
         installations: InstallationService, installationStore: any InstallationStore, deliveries: any DeliveryStore,
         maintenance: any MaintenanceStore, feed: any ChangeFeedStore, transport: any DeliveryTransport,
         policy: DeletionPolicy, freshness: Freshness, time: JobClock.Source, replicaClock: any WallClock = SystemClock(),
-        checkins: CheckinService? = nil
+        checkins: CheckinService? = nil, feedback: FeedbackService? = nil
     ) {
         let clock = JobClock(time, store: maintenance, replica: replicaClock)
         delivery = DeliveryJob(store: deliveries, transport: transport, policy: policy, clock: clock)
@@ -43,6 +44,7 @@ public struct Jobs: Sendable {
         self.feed = feed
         self.maintenance = maintenance
         self.checkins = checkins
+        self.feedback = feedback
     }
 
     /// Runs every job once, in dependency order (expiry creates deliveries, deliveries complete deletions, purge
@@ -81,6 +83,9 @@ public struct Jobs: Sendable {
         await step("purge", runs: destructive) { (try await purge.run(), 0) }
         if let checkins {
             await step("purge-checkins", runs: destructive) { (try await checkins.purgeUnused(now: try await clock.now()), 0) }
+        }
+        if let feedback {
+            await step("purge-retired", runs: destructive) { (try await feedback.purge(now: try await clock.now()), 0) }
         }
         await step("relay") { (try await relayEvents(), 0) }
         return report

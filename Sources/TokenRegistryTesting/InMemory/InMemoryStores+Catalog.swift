@@ -120,7 +120,8 @@ extension InMemoryStores: TopicStore, TargetingStore {
                 && matches(key)
         }.sorted { $0.key.fid < $1.key.fid }.prefix(filter.limit).map {
             LiveRegistration(
-                fid: $0.key.fid, token: $0.value.token, platform: $0.value.platform, refreshedAt: $0.value.refreshedAt)
+                fid: $0.key.fid, token: $0.value.token, platform: $0.value.platform, refreshedAt: $0.value.refreshedAt,
+                quarantined: $0.value.quarantine != nil)
         }
     }
 

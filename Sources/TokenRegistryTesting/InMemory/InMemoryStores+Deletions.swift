@@ -225,10 +225,14 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
         for record in records { counts[record.state(at: now), default: 0] += 1 }
         counts[.overdue, default: 0] += purged.count
         let oldest = records.filter { $0.completedAt == nil }.map(\.requestedAt).min()
-        return RegistryGauges(
+        var gauges = RegistryGauges(
             deletions: counts, oldestUndeliveredSeconds: oldest.map { now.timeIntervalSince($0) } ?? 0,
             services: counters.values.sorted { ($0.projectID, $0.service) < ($1.projectID, $1.service) },
             jobs: jobRuns.values.sorted { $0.job < $1.job })
+        gauges.trippedBreakers = breakers.filter(\.value.tripped).map {
+            RegistryGauges.TrippedBreaker(projectID: $0.key.projectID, channel: $0.key.channel.rawValue)
+        }.sorted { ($0.projectID, $0.channel) < ($1.projectID, $1.channel) }
+        return gauges
     }
 
     public func events(projectID: String, after cursor: Int64, limit: Int) async throws -> [FeedEvent] {

@@ -79,6 +79,9 @@ public actor InMemoryStores {
     var gcmTokens: [String: String] = [:]
     /// Tokens of other senders and scopes, by installation, then by "sender scope".
     var senderTokens: [Key: [SenderKey: (token: String, createdAt: Date)]] = [:]
+    /// Send feedback: results per minute by channel and class, and each channel's breaker.
+    var feedbackStats: [StatKey: Int] = [:]
+    var breakers: [BreakerKey: BreakerState] = [:]
     var jobRuns: [String: RegistryGauges.JobRun] = [:]
     var counters: [String: RegistryGauges.ServiceCounters] = [:]
     var sequence: Int64 = 0
@@ -92,7 +95,7 @@ public actor InMemoryStores {
         RegistryStores(
             catalog: self, installations: self, consent: self, registrations: self, topics: self, targeting: self,
             deletions: self, deliveries: self, maintenance: self, feed: self, signingKeys: self, secrets: self,
-            serviceAccounts: self, checkins: self, health: self)
+            serviceAccounts: self, checkins: self, feedback: self, health: self)
     }
 
     func next() -> Int64 {
@@ -231,6 +234,7 @@ extension InMemoryStores: RegistrationStore {
             stored.token = existing.token
             stored.createdAt = existing.createdAt
         }
+        afterWrite(&stored, existing: existing)
         registrations[key] = stored
         emit(existing == nil ? .registrationCreated : .registrationRefreshed, r.projectID, r.fid)
         return .stored(stored, existing == nil ? .created : .refreshed)
@@ -254,6 +258,7 @@ extension InMemoryStores: RegistrationStore {
         if let holder { registrations[holder.key] = nil }
         var stored = r
         if let current, current.token == r.token { stored.createdAt = current.createdAt }
+        afterWrite(&stored, existing: current)
         registrations[key] = stored
         let outcome = RefreshOutcome.of(previous: current?.token, incoming: r.token, movedFromAnother: holder != nil)
         emit(

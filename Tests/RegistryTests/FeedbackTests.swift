@@ -1,0 +1,176 @@
+import Foundation
+import JSON
+import Registry
+import Testing
+
+/// Send feedback on both stores: only what is still current retires, a later write revives, the breaker holds
+/// mass failures back, and the operator's clearance releases or retires what it held.
+@Suite("Send feedback")
+struct FeedbackTests {
+    static let unregistered: JSONValue = [
+        "error": [
+            "code": 404, "message": "Requested entity was not found.", "status": "NOT_FOUND",
+            "details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "UNREGISTERED"]],
+        ]
+    ]
+
+    static func dead(_ token: String) -> FeedbackResult {
+        FeedbackResult(token: token, outcome: FeedbackClassifier.fcm(unregistered))
+    }
+
+    func tokens(_ f: DomainFixture, _ count: Int) async throws -> [(Installation, String)] {
+        var out: [(Installation, String)] = []
+        for n in 0..<count {
+            let i = try await f.installation()
+            let token = "\(i.fid):tok-\(n)"
+            _ = try await f.refresh(i.fid, token, at: nil)
+            out.append((i, token))
+        }
+        return out
+    }
+
+    @Test(arguments: StoreKind.available)
+    func onlyTheCurrentTokenRetiresAndALaterWriteRevivesIt(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let service = f.services.feedback
+            let (i, token) = try await tokens(f, 1)[0]
+            let old = token
+            _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: "x")
+            // A token replaced by a refresh is not current: its failure retires nothing.
+            let new = "\(i.fid):tok-new"
+            _ = try await f.refresh(i.fid, new, at: nil)
+            #expect(try await service.apply(project: f.project, [Self.dead(old)]) == [.notCurrent])
+            #expect(try await f.services.targeting.sendability(project: f.project, token: new) == .ok)
+            // The current one retires, once; the answer says why.
+            #expect(try await service.apply(project: f.project, [Self.dead(new), Self.dead(new)]) == [.retired, .alreadyRetired])
+            let verdict = try await f.services.targeting.verdict(project: f.project, token: new)
+            #expect(verdict.reason == .retired && verdict.registration?.retirement?.reason == "UNREGISTERED")
+            #expect(try await f.services.targeting.members(projectID: f.project.id, topic: "x", after: nil, limit: 10).isEmpty)
+            // A later refresh makes it live again, and the feed says so.
+            _ = try await f.refresh(i.fid, new, at: nil)
+            #expect(try await f.services.targeting.sendability(project: f.project, token: new) == .ok)
+            // The relay moves what no open transaction (of any database on the cluster) can still precede.
+            var types: [EventType] = []
+            for _ in 0..<50 where !types.contains(.registrationRevived) {
+                _ = try await f.services.jobs.relayEvents()
+                types = try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100).map(\.type)
+                if !types.contains(.registrationRevived) { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            #expect(types.contains(.registrationInvalidated) && types.contains(.registrationRevived), "\(types)")
+            // Unknown tokens and results about messages touch nothing.
+            let badMessage = FeedbackResult(
+                token: new,
+                outcome: FeedbackClassifier.fcm([
+                    "error": [
+                        "code": 400, "message": "Invalid value at 'message.data[0].value' (TYPE_STRING), 12",
+                        "status": "INVALID_ARGUMENT",
+                        "details": [
+                            [
+                                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                                "fieldViolations": [["field": "message.data[0].value", "description": "Invalid value"]],
+                            ]
+                        ],
+                    ]
+                ]))
+            #expect(try await service.apply(project: f.project, [badMessage, Self.dead("\(i.fid):never")]) == [.ignored, .notCurrent])
+            #expect(try await f.services.targeting.sendability(project: f.project, token: new) == .ok)
+        }
+    }
+
+    /// APNs 410 says since when the token is invalid: a registration refreshed after that stays; the APNs device
+    /// token finds its registration as well as the FCM token does; a report of the same token with a client time
+    /// before that moment leaves it retired.
+    @Test(arguments: StoreKind.available)
+    func apnsTimestampsAreComparedWithTheLastRefresh(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let i = try await f.installation()
+            let device = String(repeating: "ab", count: 32)
+            _ = try await f.services.registrations.refresh(
+                project: f.project, fid: i.fid,
+                TokenRefresh(
+                    token: "\(i.fid):ios", platform: .ios,
+                    apns: try APNsDevice(token: device, environment: "PROD", tokenField: "t", environmentField: "e")))
+            let before = f.clock.now().addingTimeInterval(-60)
+            let stale = FeedbackResult(
+                token: device.uppercased(),
+                outcome: FeedbackClassifier.apns(status: 410, reason: "Unregistered", timestamp: Int64(before.timeIntervalSince1970 * 1000)))
+            #expect(try await f.services.feedback.apply(project: f.project, [stale]) == [.refreshedSince])
+            f.clock.advance(by: 120)
+            let later = f.clock.now().addingTimeInterval(-30)
+            let fresh = FeedbackResult(
+                token: device,
+                outcome: FeedbackClassifier.apns(status: 410, reason: "Unregistered", timestamp: Int64(later.timeIntervalSince1970 * 1000)))
+            #expect(try await f.services.feedback.apply(project: f.project, [fresh]) == [.retired])
+            // The backend reports the same token again with a client time from before it became invalid: still dead.
+            _ = try await f.services.registrations.refresh(
+                project: f.project, fid: i.fid,
+                TokenRefresh(token: "\(i.fid):ios", platform: .ios, clientTime: later.addingTimeInterval(-10)))
+            #expect(try await f.services.targeting.sendability(project: f.project, token: "\(i.fid):ios") == .retired)
+            // With a later client time it is live again.
+            _ = try await f.services.registrations.refresh(
+                project: f.project, fid: i.fid, TokenRefresh(token: "\(i.fid):ios", platform: .ios, clientTime: f.clock.now()))
+            #expect(try await f.services.targeting.sendability(project: f.project, token: "\(i.fid):ios") == .ok)
+        }
+    }
+
+    /// A batch whose failures are most of the channel's window (a wrong APNs environment, revoked credentials) trips
+    /// the breaker before any of its retirements apply: every token is quarantined and stays targeted; dismissing
+    /// the trip releases them, confirming it retires them.
+    @Test(arguments: StoreKind.available)
+    func theBreakerHoldsMassFailuresBack(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let registered = try await tokens(f, 120)
+            for (i, _) in registered.prefix(3) {
+                _ = try await f.services.topics.subscribe(project: f.project, fid: i.fid, topic: "news")
+            }
+            let batch = registered.map { Self.dead($0.1) }
+                + (0..<10).map { _ in FeedbackResult(token: "x", outcome: FeedbackClassifier.webpush(status: 201)) }
+            let actions = try await f.services.feedback.apply(project: f.project, batch)
+            #expect(actions.prefix(120).allSatisfy { $0 == .quarantined }, "\(actions)")
+            let report = try await f.services.feedback.report(project: f.project)
+            #expect(report.breakers.first { $0.channel == .fcm }?.tripped == true)
+            #expect(report.quarantined == 120 && (report.byState["retired"] ?? 0) == 0)
+            let members = try await f.services.targeting.members(projectID: f.project.id, topic: "news", after: nil, limit: 10)
+            #expect(members.count == 3 && members.allSatisfy(\.quarantined))
+            #expect((try await f.services.jobs.gauges()).trippedBreakers.map(\.channel) == ["fcm"])
+            // While tripped, a further failure is held back too.
+            #expect(try await f.services.feedback.apply(project: f.project, [Self.dead(registered[0].1)]) == [.quarantined])
+            // Dismissed: released, the window starts again.
+            let dismissed = try await f.services.feedback.clearBreaker(project: f.project, channel: .fcm, confirm: false)
+            #expect(dismissed == BreakerClearance(released: 120, retired: 0))
+            #expect(try await f.services.feedback.report(project: f.project).quarantined == 0)
+            // Failures that go on after the clearance retire as usual (below the breaker's minimum now).
+            #expect(try await f.services.feedback.apply(project: f.project, [Self.dead(registered[1].1)]) == [.retired])
+            // Tripped again, then confirmed: what it held is retired.
+            _ = try await f.services.feedback.apply(project: f.project, registered.dropFirst(2).map { Self.dead($0.1) })
+            let confirmed = try await f.services.feedback.clearBreaker(project: f.project, channel: .fcm, confirm: true)
+            #expect(confirmed == BreakerClearance(released: 0, retired: 118))
+            #expect(try await f.services.feedback.report(project: f.project).byState["retired"] == 119)
+            // Clearing a breaker that is not tripped says so.
+            await #expect(throws: RegistryError.self) {
+                _ = try await f.services.feedback.clearBreaker(project: f.project, channel: .apns, confirm: false)
+            }
+        }
+    }
+
+    /// "May be dead" quarantines; another such result a day later retires; retired rows are purged after their
+    /// retention.
+    @Test(arguments: StoreKind.available)
+    func suspectsAreConfirmedLaterAndRetiredRowsArePurged(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let (i, token) = try await tokens(f, 1)[0]
+            let suspect = FeedbackResult(token: token, outcome: FeedbackClassifier.webpush(status: 400))
+            #expect(suspect.outcome.feedbackClass == .badMessage)
+            let maybe = FeedbackResult(token: token, outcome: FeedbackClassifier.fcm(["error": ["code": 404, "status": "NOT_FOUND"]]))
+            #expect(try await f.services.feedback.apply(project: f.project, [maybe]) == [.quarantined])
+            #expect(try await f.services.targeting.sendability(project: f.project, token: token) == .ok)
+            f.clock.advance(by: 3600)
+            #expect(try await f.services.feedback.apply(project: f.project, [maybe]) == [.quarantined])
+            f.clock.advance(by: 86_400)
+            #expect(try await f.services.feedback.apply(project: f.project, [maybe]) == [.retired])
+            f.clock.advance(by: 31 * 86_400)
+            #expect(try await f.services.feedback.purge(now: f.clock.now()) == 1)
+            #expect(try await f.services.registrations.find(project: f.project, tokenOrFID: i.fid) == nil)
+        }
+    }
+}
