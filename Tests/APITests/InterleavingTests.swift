@@ -157,6 +157,38 @@ struct InterleavingTests {
         }
     }
 
+    /// Send feedback that a token is dead, racing a refresh that replaces it: the feedback queues behind the
+    /// registration's lock while the refresh commits the new token, then must find its token gone and retire nothing.
+    /// Matching the registration before the lock (by FID, say) retires the new token and fails this test.
+    @Test func feedbackRacingARefreshNeverRetiresTheNewToken() async throws {
+        try await TestService.with { s in
+            let i = try await s.createInstallation()
+            let old = i.fid + ":old-token"
+            let new = i.fid + ":new-token"
+            _ = try await s.request(
+                "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/registration", headers: s.serverHeaders,
+                json: ["token": .string(old), "platform": "android"])
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query("SELECT 1 FROM registrations WHERE fid = \(i.fid) FOR UPDATE")
+            let feedback = Task {
+                try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/feedback", headers: s.serverHeaders,
+                    json: ["results": [["token": .string(old), "legacy": "NotRegistered"]]])
+            }
+            try await session.waitUntilBlocked(1)
+            // What the refresh callback's statement does to the row, committed while the feedback waits.
+            _ = try await session.query(
+                "UPDATE registrations SET token = \(new), refreshed_at = now() WHERE fid = \(i.fid)")
+            try await session.execute("COMMIT")
+            let reply = try await feedback.value
+            #expect(reply.json?["decisions"]?.arrayValue?.first?["action"] == "not_current", "\(reply)")
+            let verdict = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/registrations/\(new):sendability", headers: s.serverHeaders)
+            #expect(verdict.json?["reason"] == "OK", "\(verdict)")
+        }
+    }
+
     /// Two refresh callbacks for one installation, the newer one first: the older must not overwrite it.
     @Test func theNewestClientTimeWinsWhateverTheOrder() async throws {
         try await TestService.with { s in

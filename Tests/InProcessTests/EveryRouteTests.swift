@@ -141,6 +141,21 @@ struct EveryRouteTests {
         #expect(receipt.json?["services"]?.arrayValue?.first?["state"]?.stringValue == "acknowledged")
         try await w.ok("GET", "\(base)/deletions?state=pending", headers: w.server)
         try await w.ok("GET", "\(base)/events?waitSeconds=0", headers: w.server)
+        // Send feedback: a delivery, gorush's hook, the report, and (100 failures of one token trip the breaker) a
+        // clearance.
+        try await w.ok(
+            "POST", "\(base)/feedback", headers: w.server,
+            json: ["results": [["token": .string(token), "webpush": ["status": 201]]]])
+        let failures: [JSONValue] = (0..<100).map { _ in ["token": .string(registeredIOS), "legacy": "NotRegistered"] }
+        try await w.ok("POST", "\(base)/feedback", headers: w.server, json: ["results": .array(failures)])
+        try await w.ok(
+            "POST", "\(base)/feedback:gorush", headers: w.server,
+            json: [
+                "notif_id": "", "type": "failed-push", "platform": "ios", "token": .string(String(repeating: "ab", count: 32)),
+                "message": "Hello", "error": "Unregistered",
+            ])
+        try await w.ok("GET", "\(base)/hygiene", headers: w.server)
+        try await w.ok("POST", "\(base)/hygiene/breakers/fcm:clear", headers: w.server, json: [:])
         // Last, what removes: the registration, by its installation.
         try await w.ok("DELETE", "\(base)/registrations/\(token)", headers: w.fis(i))
     }
