@@ -34,6 +34,7 @@ public final class Application: Sendable {
     public var topics: TopicService { services.topics }
     public var targeting: TargetingService { services.targeting }
     public var deletions: DeletionService { services.deletions }
+    public var feedback: FeedbackService { services.feedback }
     public var jobs: Jobs { services.jobs }
     public var clock: any WallClock { services.clock }
 

@@ -89,7 +89,7 @@ enum Admin {
         }
     }
 
-    private static func withProject(
+    static func withProject(
         _ arguments: Arguments, _ body: (Application, Project) async throws -> Int32
     ) async throws -> Int32 {
         let reference = try arguments.required("id")

@@ -29,6 +29,8 @@ enum TokenRegistryCommand {
                                                write a service-account credential file (0600) for the admin SDKs
           token-registry serviceaccount list --project <id|number>
           token-registry serviceaccount revoke --key-id <private_key_id>
+          token-registry breaker status|clear --id <project> [--channel fcm|apns|webpush] [--confirm]
+                                               send feedback's breaker: see it, clear it (docs/feedback.md)
           token-registry jobs run [--now <RFC 3339 time>]
                                                run each background job once (deliver, purge, expire, relay)
           token-registry probe [--path /healthz] [--port $PORT] [--timeout-ms 2000]
@@ -58,6 +60,7 @@ enum TokenRegistryCommand {
             case "keys": return try await Admin.keys(try Arguments(rest))
             case "jobs": return try await Admin.jobs(try Arguments(rest))
             case "serviceaccount": return try await Admin.serviceAccount(try Arguments(rest))
+            case "breaker": return try await BreakerCommand.run(try Arguments(rest))
             case "probe": return try Probe.run(try Arguments(rest))
             default: throw CLIError("unknown command '\(command)'; see token-registry --help")
             }

@@ -193,6 +193,16 @@ struct ProcessTests {
         let after = try JSONParser.parse(
             try await ServiceProcess.command(["serviceaccount", "list", "--project", "cli-proj"], environment: env))
         #expect(after["serviceAccounts"]?.arrayValue?.first?["revokeTime"]?.stringValue != nil)
+        // Send feedback's breaker: its status, and a clearance of one that is not tripped (refused, exit 1).
+        let breakers = try JSONParser.parse(
+            try await ServiceProcess.command(["breaker", "status", "--id", "cli-proj"], environment: env))
+        #expect(breakers["breakers"]?.arrayValue == [], "\(breakers)")
+        await #expect(throws: (any Error).self) {
+            try await ServiceProcess.command(["breaker", "clear", "--id", "cli-proj", "--channel", "apns"], environment: env)
+        }
+        await #expect(throws: (any Error).self) {
+            try await ServiceProcess.command(["breaker", "clear", "--id", "cli-proj", "--channel", "sms"], environment: env)
+        }
     }
 
     @Test func aReplicaWithAnotherMasterKeyRefusesToStart() async throws {

@@ -67,13 +67,18 @@ struct SenderTokenTests {
             let outcomes = await withTaskGroup(of: RegistryError.Kind?.self) { group in
                 for n in 0..<40 {
                     group.addTask {
-                        do {
-                            _ = try await registrations.senderToken(installation: i, sender: "s\(n)", scope: "*")
-                            return nil
-                        } catch let error as RegistryError {
-                            return error.kind
-                        } catch {
-                            return .internal
+                        // A writer the busy pool turned away (503, retry) tries again, as a client would.
+                        while true {
+                            do {
+                                _ = try await registrations.senderToken(installation: i, sender: "s\(n)", scope: "*")
+                                return nil
+                            } catch let error as RegistryError where error.kind == .unavailable {
+                                try? await Task.sleep(for: .milliseconds(20))
+                            } catch let error as RegistryError {
+                                return error.kind
+                            } catch {
+                                return .internal
+                            }
                         }
                     }
                 }
