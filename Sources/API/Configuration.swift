@@ -161,8 +161,6 @@ public struct Configuration: Sendable {
         c.feedbackPolicy.breakerMinimum = try reader.int("FEEDBACK_BREAKER_MINIMUM", default: 100, range: 1...1_000_000)
         c.feedbackPolicy.window = Double(
             try reader.int("FEEDBACK_BREAKER_WINDOW_SECONDS", default: 600, range: 60...86_400))
-        c.feedbackPolicy.suspectConfirmAfter =
-            Double(try reader.int("FEEDBACK_SUSPECT_CONFIRM_HOURS", default: 24, range: 1...8760)) * 3600
         c.feedbackPolicy.retiredRetention =
             Double(try reader.int("FEEDBACK_RETIRED_RETENTION_DAYS", default: 30, range: 1...3650)) * 86_400
         guard c.expireDays > c.staleDays else {

@@ -36,8 +36,6 @@ public struct FeedbackPolicy: Sendable, Equatable {
     /// And at least this many of them.
     public var breakerMinimum: Int = 100
     public var window: TimeInterval = 600
-    /// A second "may be dead" at least this long after the first retires the token.
-    public var suspectConfirmAfter: TimeInterval = 86_400
     /// Retired registrations are purged this long after they were retired.
     public var retiredRetention: TimeInterval = 30 * 86_400
 
@@ -128,7 +126,17 @@ public struct FeedbackService: Sendable {
             throw RegistryError.invalid("results", "at most \(Self.maxBatch) a request")
         }
         guard !results.isEmpty else { return [] }
-        return try await store.apply(projectID: project.id, results: results, policy: policy, at: clock.now())
+        let now = clock.now()
+        // A sender's "invalid since" is never later than now: one far ahead would keep a token retired through every
+        // later refresh.
+        let clamped = results.map { r in
+            FeedbackResult(
+                token: r.token,
+                outcome: SendOutcome(
+                    channel: r.outcome.channel, feedbackClass: r.outcome.feedbackClass, code: r.outcome.code,
+                    invalidSince: r.outcome.invalidSince.map { min($0, now) }))
+        }
+        return try await store.apply(projectID: project.id, results: clamped, policy: policy, at: now)
     }
 
     public func clearBreaker(project: Project, channel: FeedbackChannel, confirm: Bool) async throws

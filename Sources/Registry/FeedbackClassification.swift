@@ -16,7 +16,7 @@ public enum FeedbackChannel: String, Sendable, CaseIterable {
 public enum FeedbackClass: String, Sendable, CaseIterable {
     /// The token is dead: retire it.
     case dead
-    /// The token may be dead: quarantine it (still targeted, marked); a second such result a while later retires it.
+    /// The token may be dead: quarantine it (still targeted, marked); only a `dead` result or the operator retires it.
     case suspect
     /// The message was wrong: nothing about the token.
     case badMessage = "bad_message"
@@ -159,11 +159,19 @@ public enum FeedbackClassifier {
         guard type == "failed-push" else { return nil }
         if channel == .apns { return apns(status: nil, reason: error, timestamp: nil) }
         switch error {
-        // firebase-admin-go carries the FCM answer's message: the two that name the token.
+        // firebase-admin-go carries the FCM answer's message: the two that name the token. FCM's send answers 404 for a
+        // token only as UNREGISTERED ("Requested entity was not found."), so through gorush that message is dead.
         case "Requested entity was not found.": return SendOutcome(channel: .fcm, feedbackClass: .dead, code: "UNREGISTERED")
         case "The registration token is not a valid FCM registration token":
             return SendOutcome(channel: .fcm, feedbackClass: .dead, code: "INVALID_ARGUMENT")
         case "SenderId mismatch": return SendOutcome(channel: .fcm, feedbackClass: .senderConfig, code: "SENDER_ID_MISMATCH")
+        // An INVALID_ARGUMENT whose details gorush dropped: the token or the message, it cannot say.
+        case "Request contains an invalid argument.":
+            return SendOutcome(channel: .fcm, feedbackClass: .badMessage, code: "INVALID_ARGUMENT")
+        // Older gorush, on go-fcm 0.1 (the legacy API's errors under their own names).
+        case "unregistered device", "invalid registration token":
+            return SendOutcome(channel: .fcm, feedbackClass: .dead, code: error)
+        case "mismatched sender id": return SendOutcome(channel: .fcm, feedbackClass: .senderConfig, code: error)
         default:
             let old = legacy(error)
             return old.feedbackClass == .unknown

@@ -62,11 +62,14 @@ public struct Retirement: Sendable, Equatable {
         self.invalidSince = invalidSince
     }
 
-    /// Whether a write of the registration (`incoming`: its token and client time) leaves it retired: only a write of
-    /// the same token whose client time is not after the time the token became invalid. Any other write revives it.
+    /// Whether a write of the registration leaves it retired: only a write of the same tokens (FCM and APNs) whose
+    /// client time is not after the time the token became invalid (the sender's, or the retirement's). Any other
+    /// write revives it.
     /// Both stores apply exactly this rule (PostgreSQL in `registry_feedback_revive`, migration 21).
-    public func survives(token: String, storedToken: String, clientTime: Date?) -> Bool {
-        guard token == storedToken, let invalidSince, let clientTime else { return false }
+    public func survives(_ write: Registration, stored: Registration) -> Bool {
+        guard write.token == stored.token, write.apnsToken == stored.apnsToken, let invalidSince,
+            let clientTime = write.clientTime
+        else { return false }
         return clientTime <= invalidSince
     }
 }

@@ -17,7 +17,7 @@ struct PostgresFeedbackStore: FeedbackStore {
                 \(TextArray(results.map(\.outcome.code)))::text[],
                 \(TextArray(results.map { $0.outcome.invalidSince?.postgresText ?? "" }))::text[],
                 \(at)::timestamptz, \(policy.breakerShare)::float8, \(policy.breakerMinimum)::int,
-                \(policy.window)::float8, \(policy.suspectConfirmAfter)::float8)
+                \(policy.window)::float8)
             """)
         var actions = [FeedbackAction](repeating: .ignored, count: results.count)
         for row in rows {
@@ -49,7 +49,7 @@ struct PostgresFeedbackStore: FeedbackStore {
                     """
                     WITH done AS (
                         UPDATE registrations SET state = 'retired', retired_at = \(at), retired_reason = quarantine_reason,
-                            retired_channel = quarantine_channel, invalid_since = NULL, quarantined_at = NULL,
+                            retired_channel = quarantine_channel, invalid_since = \(at), quarantined_at = NULL,
                             quarantine_reason = NULL, quarantine_channel = NULL, quarantined_by_breaker = false
                         WHERE project_id = \(projectID) AND quarantine_channel = \(channel.rawValue)
                           AND quarantined_by_breaker

@@ -141,12 +141,13 @@ struct EveryRouteTests {
         #expect(receipt.json?["services"]?.arrayValue?.first?["state"]?.stringValue == "acknowledged")
         try await w.ok("GET", "\(base)/deletions?state=pending", headers: w.server)
         try await w.ok("GET", "\(base)/events?waitSeconds=0", headers: w.server)
-        // Send feedback: a delivery, gorush's hook, the report, and (100 failures of one token trip the breaker) a
-        // clearance.
+        // Send feedback: a delivery, gorush's hook, the report, and (100 dead tokens trip the breaker) a clearance.
         try await w.ok(
             "POST", "\(base)/feedback", headers: w.server,
             json: ["results": [["token": .string(token), "webpush": ["status": 201]]]])
-        let failures: [JSONValue] = (0..<100).map { _ in ["token": .string(registeredIOS), "legacy": "NotRegistered"] }
+        let failures: [JSONValue] = try await s.registered(count: 100, prefix: "breaker").map {
+            ["token": .string($0.token), "legacy": "NotRegistered"]
+        }
         try await w.ok("POST", "\(base)/feedback", headers: w.server, json: ["results": .array(failures)])
         try await w.ok(
             "POST", "\(base)/feedback:gorush", headers: w.server,

@@ -184,16 +184,16 @@ struct FeedbackRouteTests {
         }
     }
 
-    /// The breaker from the routes: a batch of 100 failures trips it; what it holds stays targeted, marked; the
+    /// The breaker from the routes: a batch of 100 dead tokens trips it; what it holds stays targeted, marked; the
     /// operator clears it.
     @Test func theBreakerIsReportedAndClearedThroughTheRoutes() async throws {
         try await InProcessService.with { s in
-            let regs = try await s.registered(count: 1)
+            let regs = try await s.registered(count: 100)
             let base = "/v1/projects/\(s.project.id)"
             _ = try await s.request(
                 "POST", "\(base)/registrations/\(regs[0].token)/topicSubscriptions?topicName=news", headers: s.serverHeaders,
                 json: [:])
-            let failures = JSONValue.array((0..<100).map { _ in ["token": .string(regs[0].token), "fcm": Self.unregistered] })
+            let failures = JSONValue.array(regs.map { ["token": .string($0.token), "fcm": Self.unregistered] })
             let tripped = try await s.request("POST", "\(base)/feedback", headers: s.serverHeaders, json: ["results": failures])
             #expect(tripped.json?["decisions"]?.arrayValue?.first?["action"] == "quarantined", "\(tripped)")
             let members = try await s.request("GET", "\(base)/topics/news/registrations", headers: s.serverHeaders)
@@ -206,7 +206,7 @@ struct FeedbackRouteTests {
             #expect(wrong.status == 400)
             let confirmed = try await s.request(
                 "POST", "\(base)/hygiene/breakers/fcm:clear", headers: s.serverHeaders, json: ["confirm": true])
-            #expect(confirmed.json?["retired"] == 1, "\(confirmed)")
+            #expect(confirmed.json?["retired"] == 100, "\(confirmed)")
             let again = try await s.request("POST", "\(base)/hygiene/breakers/fcm:clear", headers: s.serverHeaders, json: [:])
             #expect(again.status == 400 && again.json?["error"]?["status"] == "FAILED_PRECONDITION")
         }

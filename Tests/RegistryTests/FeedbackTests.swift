@@ -101,14 +101,16 @@ struct FeedbackTests {
                 token: device,
                 outcome: FeedbackClassifier.apns(status: 410, reason: "Unregistered", timestamp: Int64(later.timeIntervalSince1970 * 1000)))
             #expect(try await f.services.feedback.apply(project: f.project, [fresh]) == [.retired])
-            // The backend reports the same token again with a client time from before it became invalid: still dead.
+            // The backend reports the same tokens again with a client time from before it became invalid: still dead.
+            let apns = try APNsDevice(token: device, environment: "PROD", tokenField: "t", environmentField: "e")
             _ = try await f.services.registrations.refresh(
                 project: f.project, fid: i.fid,
-                TokenRefresh(token: "\(i.fid):ios", platform: .ios, clientTime: later.addingTimeInterval(-10)))
+                TokenRefresh(token: "\(i.fid):ios", platform: .ios, apns: apns, clientTime: later.addingTimeInterval(-10)))
             #expect(try await f.services.targeting.sendability(project: f.project, token: "\(i.fid):ios") == .retired)
             // With a later client time it is live again.
             _ = try await f.services.registrations.refresh(
-                project: f.project, fid: i.fid, TokenRefresh(token: "\(i.fid):ios", platform: .ios, clientTime: f.clock.now()))
+                project: f.project, fid: i.fid,
+                TokenRefresh(token: "\(i.fid):ios", platform: .ios, apns: apns, clientTime: f.clock.now()))
             #expect(try await f.services.targeting.sendability(project: f.project, token: "\(i.fid):ios") == .ok)
         }
     }
@@ -153,24 +155,73 @@ struct FeedbackTests {
         }
     }
 
-    /// "May be dead" quarantines; another such result a day later retires; retired rows are purged after their
-    /// retention.
+    /// "May be dead" only quarantines, however long it goes on (a wrong APNs environment answers BadDeviceToken for
+    /// every token); a dead result retires; retired rows are purged after their retention.
     @Test(arguments: StoreKind.available)
-    func suspectsAreConfirmedLaterAndRetiredRowsArePurged(_ kind: StoreKind) async throws {
+    func suspectsStayQuarantinedAndRetiredRowsArePurged(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
             let (i, token) = try await tokens(f, 1)[0]
-            let suspect = FeedbackResult(token: token, outcome: FeedbackClassifier.webpush(status: 400))
-            #expect(suspect.outcome.feedbackClass == .badMessage)
             let maybe = FeedbackResult(token: token, outcome: FeedbackClassifier.fcm(["error": ["code": 404, "status": "NOT_FOUND"]]))
             #expect(try await f.services.feedback.apply(project: f.project, [maybe]) == [.quarantined])
             #expect(try await f.services.targeting.sendability(project: f.project, token: token) == .ok)
-            f.clock.advance(by: 3600)
+            f.clock.advance(by: 3 * 86_400)
             #expect(try await f.services.feedback.apply(project: f.project, [maybe]) == [.quarantined])
-            f.clock.advance(by: 86_400)
-            #expect(try await f.services.feedback.apply(project: f.project, [maybe]) == [.retired])
+            #expect(try await f.services.feedback.apply(project: f.project, [Self.dead(token)]) == [.retired])
             f.clock.advance(by: 31 * 86_400)
             #expect(try await f.services.feedback.purge(now: f.clock.now()) == 1)
             #expect(try await f.services.registrations.find(project: f.project, tokenOrFID: i.fid) == nil)
+        }
+    }
+
+    /// The edges: a registration whose consent was withdrawn is nobody's target and not feedback's; an APNs device
+    /// token held by two installations (a reinstall) finds the active one refreshed last; a timestamp far in the
+    /// future counts as now; a token sent many times, or one the registry does not hold, counts once or not at all
+    /// toward the breaker; a replayed report from before an FCM retirement revives nothing.
+    @Test(arguments: StoreKind.available)
+    func theEdgesOfMatching(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let service = f.services.feedback
+            let (withdrawn, withdrawnToken) = try await tokens(f, 1)[0]
+            try await f.consent(withdrawn, false)
+            #expect(try await service.apply(project: f.project, [Self.dead(withdrawnToken)]) == [.notCurrent])
+            // One APNs device token, two installations: the one refreshed last is retired.
+            let device = String(repeating: "5e", count: 32)
+            var holders: [Installation] = []
+            for n in 0..<2 {
+                let i = try await f.installation()
+                f.clock.advance(by: 10)
+                _ = try await f.services.registrations.refresh(
+                    project: f.project, fid: i.fid,
+                    TokenRefresh(
+                        token: "\(i.fid):apns-\(n)", platform: .ios,
+                        apns: try APNsDevice(token: device, environment: "PROD", tokenField: "t", environmentField: "e")))
+                holders.append(i)
+            }
+            f.clock.advance(by: 1)
+            let future = FeedbackClassifier.apns(status: 410, reason: "Unregistered", timestamp: 1 << 49)
+            #expect(try await service.apply(project: f.project, [FeedbackResult(token: device, outcome: future)]) == [.retired])
+            #expect(try await f.services.targeting.sendability(project: f.project, token: "\(holders[1].fid):apns-1") == .retired)
+            #expect(try await f.services.targeting.sendability(project: f.project, token: "\(holders[0].fid):apns-0") == .ok)
+            // The far-future timestamp was taken as now: a later refresh revives it.
+            f.clock.advance(by: 1)
+            _ = try await f.services.registrations.refresh(
+                project: f.project, fid: holders[1].fid,
+                TokenRefresh(token: "\(holders[1].fid):apns-1", platform: .ios, clientTime: f.clock.now()))
+            #expect(try await f.services.targeting.sendability(project: f.project, token: "\(holders[1].fid):apns-1") == .ok)
+            // 150 copies of one token and 150 unknown ones: one counted failure, no breaker.
+            let (_, lone) = try await tokens(f, 1)[0]
+            let noise = Array(repeating: Self.dead(lone), count: 150) + (0..<150).map { Self.dead("unknown-\($0)") }
+            _ = try await service.apply(project: f.project, noise)
+            let report = try await service.report(project: f.project)
+            #expect(report.breakers.allSatisfy { !$0.tripped }, "\(report.breakers)")
+            #expect(report.recent[.fcm]?[.dead] == 1, "\(report.recent)")
+            // Retired by FCM (no timestamp): a replayed refresh with a client time from before stays retired.
+            let (replayed, replayedToken) = try await tokens(f, 1)[0]
+            let before = f.clock.now().addingTimeInterval(-5)
+            f.clock.advance(by: 10)
+            #expect(try await service.apply(project: f.project, [Self.dead(replayedToken)]) == [.retired])
+            _ = try await f.refresh(replayed.fid, replayedToken, at: before)
+            #expect(try await f.services.targeting.sendability(project: f.project, token: replayedToken) == .retired)
         }
     }
 }

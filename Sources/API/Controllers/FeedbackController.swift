@@ -191,7 +191,6 @@ struct FeedbackController: Sendable {
             "policy": [
                 "breakerPercent": .int(Int64((policy.breakerShare * 100).rounded())),
                 "breakerMinimum": .int(Int64(policy.breakerMinimum)),
-                "suspectConfirmSeconds": .int(Int64(policy.suspectConfirmAfter)),
                 "retiredRetentionSeconds": .int(Int64(policy.retiredRetention)),
             ],
         ])

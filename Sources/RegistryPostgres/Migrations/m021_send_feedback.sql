@@ -2,7 +2,10 @@
 -- quarantined (still targeted, marked); each channel of a project counts its results a minute at a time, and its
 -- breaker turns retirements into quarantine when the window looks like a sender misconfiguration.
 ALTER TABLE registrations DROP CONSTRAINT registrations_state_check;
-ALTER TABLE registrations ADD CONSTRAINT registrations_state_check CHECK (state IN ('active', 'disabled', 'retired'));
+-- NOT VALID, then VALIDATE: the check of existing rows takes no lock that stops writes.
+ALTER TABLE registrations ADD CONSTRAINT registrations_state_check
+    CHECK (state IN ('active', 'disabled', 'retired')) NOT VALID;
+ALTER TABLE registrations VALIDATE CONSTRAINT registrations_state_check;
 ALTER TABLE registrations
     ADD COLUMN retired_at             timestamptz,
     ADD COLUMN retired_reason         text,
@@ -44,8 +47,9 @@ CREATE TABLE feedback_breakers (
 CREATE FUNCTION registry_feedback_revive() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.state = 'retired' AND NEW.state <> 'retired' THEN
-        IF NEW.token = OLD.token AND OLD.invalid_since IS NOT NULL AND NEW.client_time IS NOT NULL
-            AND NEW.client_time <= OLD.invalid_since THEN
+        IF NEW.token = OLD.token AND NEW.apns_token IS NOT DISTINCT FROM OLD.apns_token
+            AND OLD.invalid_since IS NOT NULL AND NEW.client_time IS NOT NULL AND NEW.client_time <= OLD.invalid_since
+        THEN
             NEW.state := 'retired';
             RETURN NEW;
         END IF;
@@ -69,14 +73,18 @@ $$;
 CREATE TRIGGER registrations_feedback_revive BEFORE UPDATE ON registrations
     FOR EACH ROW EXECUTE FUNCTION registry_feedback_revive();
 
--- A batch of classified send results in one statement (one round trip for up to 1000). The batch is counted in its
--- channels' windows first, and each channel's breaker is evaluated with it (under the breaker's row lock, so
--- concurrent batches of one channel count one after another); then each result in order. The registrations the
--- batch names are locked first, in FID order, so two batches never deadlock; each change matches the token in its
--- own WHERE, so a refresh that replaced the token meanwhile is never retired.
+-- A batch of classified send results in one statement (one round trip for up to 1000).
+--  1. The batch's channels' breaker rows are locked first, in channel order (the clearance takes the same lock
+--     before it touches the window, so the two never deadlock), and each channel's window counts the batch: its
+--     distinct tokens that name a live registration (a token sent twice, or one the registry does not hold, counts
+--     once or not at all), before any of its retirements apply; a breaker that trips holds them back.
+--  2. The registrations the batch names are locked, in FID order (COLLATE "C", Swift's byte order).
+--  3. Each result in order: its registration is read under that lock (the active holder refreshed last wins when an
+--     APNs token is held twice), and each change matches the token in its own WHERE and answers what it did, so a
+--     refresh that replaced the token meanwhile is never retired. A "may be dead" result only quarantines.
 CREATE FUNCTION registry_apply_feedback(
     p_project text, p_tokens text[], p_channels text[], p_classes text[], p_codes text[], p_since text[],
-    p_at timestamptz, p_share float8, p_minimum integer, p_window_seconds float8, p_confirm_seconds float8)
+    p_at timestamptz, p_share float8, p_minimum integer, p_window_seconds float8)
 RETURNS TABLE (ord integer, action text)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -89,15 +97,28 @@ DECLARE
     v_class text;
     v_data text;
     v_since timestamptz;
+    v_lower text[] := ARRAY(SELECT lower(t) FROM unnest(p_tokens) AS t);
 BEGIN
-    INSERT INTO feedback_stats AS s (project_id, channel, class, minute, n)
-    SELECT p_project, u.c, u.k, date_trunc('minute', p_at), count(*)
-    FROM unnest(p_channels, p_classes) AS u(c, k) GROUP BY u.c, u.k ORDER BY u.c, u.k
-    ON CONFLICT (project_id, channel, minute, class) DO UPDATE SET n = s.n + excluded.n;
-
     FOR v_channel IN SELECT DISTINCT c FROM unnest(p_channels) AS c ORDER BY 1 LOOP
         INSERT INTO feedback_breakers (project_id, channel) VALUES (p_project, v_channel) ON CONFLICT DO NOTHING;
         PERFORM 1 FROM feedback_breakers b WHERE b.project_id = p_project AND b.channel = v_channel FOR UPDATE;
+    END LOOP;
+
+    INSERT INTO feedback_stats AS s (project_id, channel, class, minute, n)
+    SELECT p_project, u.c, u.k, date_trunc('minute', p_at), count(*)
+    FROM (
+        SELECT DISTINCT ON (u.t, u.c) u.t, u.c, u.k
+        FROM unnest(p_tokens, p_channels, p_classes) WITH ORDINALITY AS u(t, c, k, o)
+        WHERE EXISTS (
+            SELECT 1 FROM registrations r
+            WHERE r.project_id = p_project AND r.state = 'active'
+              AND (r.token = u.t OR (u.c = 'apns' AND r.apns_token = lower(u.t))))
+        ORDER BY u.t, u.c, u.o
+    ) u
+    GROUP BY u.c, u.k ORDER BY u.c, u.k
+    ON CONFLICT (project_id, channel, minute, class) DO UPDATE SET n = s.n + excluded.n;
+
+    FOR v_channel IN SELECT DISTINCT c FROM unnest(p_channels) AS c ORDER BY 1 LOOP
         SELECT coalesce(sum(n) FILTER (WHERE class IN ('dead', 'suspect')), 0), coalesce(sum(n), 0)
             INTO v_failing, v_results
             FROM feedback_stats
@@ -117,14 +138,15 @@ BEGIN
     END LOOP;
 
     PERFORM 1 FROM registrations r
-        WHERE r.project_id = p_project
-          AND (r.token = ANY (p_tokens) OR r.apns_token = ANY (SELECT lower(t) FROM unnest(p_tokens) AS t))
-        ORDER BY r.fid FOR UPDATE;
+        WHERE r.project_id = p_project AND (r.token = ANY (p_tokens) OR r.apns_token = ANY (v_lower))
+        ORDER BY r.fid COLLATE "C" FOR UPDATE;
 
     FOR v_i IN 1 .. coalesce(array_length(p_tokens, 1), 0) LOOP
         ord := v_i;
         v_class := p_classes[v_i];
-        v_since := nullif(p_since[v_i], '')::timestamptz;
+        -- Never after the batch's own time: a sender's clock (or a made-up timestamp) far ahead would keep the
+        -- registration retired through every later refresh.
+        v_since := CASE WHEN p_since[v_i] = '' THEN NULL ELSE least(p_since[v_i]::timestamptz, p_at) END;
         IF v_class NOT IN ('dead', 'suspect') THEN
             action := 'ignored';
             RETURN NEXT;
@@ -132,9 +154,12 @@ BEGIN
         END IF;
         SELECT r.* INTO v_reg FROM registrations r
             WHERE r.project_id = p_project
-              AND (r.token = p_tokens[v_i] OR (p_channels[v_i] = 'apns' AND r.apns_token = lower(p_tokens[v_i])))
-            ORDER BY (r.token = p_tokens[v_i]) DESC, r.fid LIMIT 1;
-        IF NOT FOUND THEN
+              AND (r.token = p_tokens[v_i] OR (p_channels[v_i] = 'apns' AND r.apns_token = v_lower[v_i]))
+            ORDER BY (r.token = p_tokens[v_i]) DESC, (r.state = 'active') DESC, r.refreshed_at DESC,
+                r.fid COLLATE "C"
+            LIMIT 1 FOR UPDATE;
+        IF NOT FOUND OR v_reg.state = 'disabled' THEN
+            -- Unknown, or consent was withdrawn: nobody targets it, feedback has nothing to do with it.
             action := 'not_current';
         ELSIF v_reg.state = 'retired' THEN
             action := 'already_retired';
@@ -142,34 +167,33 @@ BEGIN
             action := 'refreshed_since';
         ELSE
             v_data := json_build_object('reason', p_codes[v_i], 'class', v_class, 'channel', p_channels[v_i])::text;
-            IF p_channels[v_i] = ANY (v_tripped) THEN
+            IF p_channels[v_i] = ANY (v_tripped) OR v_class = 'suspect' THEN
                 UPDATE registrations r SET quarantined_at = coalesce(r.quarantined_at, p_at),
                     quarantine_reason = p_codes[v_i], quarantine_channel = p_channels[v_i],
-                    quarantined_by_breaker = true
+                    quarantined_by_breaker = r.quarantined_by_breaker OR p_channels[v_i] = ANY (v_tripped)
                     WHERE r.project_id = p_project AND r.fid = v_reg.fid AND r.token = v_reg.token;
-                IF v_reg.quarantined_at IS NULL THEN
-                    INSERT INTO event_outbox (project_id, type, fid, data)
-                    VALUES (p_project, 'registration.quarantined', v_reg.fid, v_data);
+                IF NOT FOUND THEN
+                    action := 'not_current';
+                ELSE
+                    IF v_reg.quarantined_at IS NULL THEN
+                        INSERT INTO event_outbox (project_id, type, fid, data)
+                        VALUES (p_project, 'registration.quarantined', v_reg.fid, v_data);
+                    END IF;
+                    action := 'quarantined';
                 END IF;
-                action := 'quarantined';
-            ELSIF v_class = 'dead' OR (v_reg.quarantined_at IS NOT NULL AND NOT v_reg.quarantined_by_breaker
-                    AND v_reg.quarantined_at <= p_at - make_interval(secs => p_confirm_seconds)) THEN
+            ELSE
+                -- The retirement's moment: the sender's, or now (a replayed report from before it revives nothing).
                 UPDATE registrations r SET state = 'retired', retired_at = p_at, retired_reason = p_codes[v_i],
-                    retired_channel = p_channels[v_i], invalid_since = v_since, quarantined_at = NULL,
+                    retired_channel = p_channels[v_i], invalid_since = coalesce(v_since, p_at), quarantined_at = NULL,
                     quarantine_reason = NULL, quarantine_channel = NULL, quarantined_by_breaker = false
                     WHERE r.project_id = p_project AND r.fid = v_reg.fid AND r.token = v_reg.token;
-                INSERT INTO event_outbox (project_id, type, fid, data)
-                VALUES (p_project, 'registration.invalidated', v_reg.fid, v_data);
-                action := 'retired';
-            ELSE
-                IF v_reg.quarantined_at IS NULL THEN
-                    UPDATE registrations r SET quarantined_at = p_at, quarantine_reason = p_codes[v_i],
-                        quarantine_channel = p_channels[v_i], quarantined_by_breaker = false
-                        WHERE r.project_id = p_project AND r.fid = v_reg.fid AND r.token = v_reg.token;
+                IF NOT FOUND THEN
+                    action := 'not_current';
+                ELSE
                     INSERT INTO event_outbox (project_id, type, fid, data)
-                    VALUES (p_project, 'registration.quarantined', v_reg.fid, v_data);
+                    VALUES (p_project, 'registration.invalidated', v_reg.fid, v_data);
+                    action := 'retired';
                 END IF;
-                action := 'quarantined';
             END IF;
         END IF;
         RETURN NEXT;

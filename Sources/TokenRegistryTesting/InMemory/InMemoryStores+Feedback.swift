@@ -20,10 +20,27 @@ extension InMemoryStores: FeedbackStore {
         Date(timeIntervalSince1970: (date.timeIntervalSince1970 / 60).rounded(.down) * 60)
     }
 
+    /// The registration a result names: the exact token first, then the active holder refreshed last (an APNs
+    /// device token may be held twice), then the FID in byte order.
+    func holder(of token: String, channel: FeedbackChannel, projectID: String) -> (Key, Registration)? {
+        registrations.filter { key, r in
+            key.projectID == projectID && (r.token == token || (channel == .apns && r.apnsToken == token.lowercased()))
+        }.min { a, b in
+            let ka = (a.value.token == token ? 0 : 1, a.value.state == .active ? 0 : 1, -a.value.refreshedAt.timeIntervalSince1970)
+            let kb = (b.value.token == token ? 0 : 1, b.value.state == .active ? 0 : 1, -b.value.refreshedAt.timeIntervalSince1970)
+            return ka != kb ? ka < kb : Array(a.key.fid.utf8).lexicographicallyPrecedes(Array(b.key.fid.utf8))
+        }.map { ($0.key, $0.value) }
+    }
+
     public func apply(projectID: String, results: [FeedbackResult], policy: FeedbackPolicy, at: Date) async throws
         -> [FeedbackAction]
     {
-        for result in results {
+        // The window counts the batch's distinct tokens that name a live registration, before anything applies.
+        var counted = Set<String>()
+        for result in results where !counted.contains(result.outcome.channel.rawValue + " " + result.token) {
+            counted.insert(result.outcome.channel.rawValue + " " + result.token)
+            guard holder(of: result.token, channel: result.outcome.channel, projectID: projectID)?.1.state == .active
+            else { continue }
             let key = StatKey(
                 projectID: projectID, channel: result.outcome.channel, feedbackClass: result.outcome.feedbackClass,
                 minute: Self.minute(at))
@@ -55,43 +72,33 @@ extension InMemoryStores: FeedbackStore {
         return results.map { result in
             let outcome = result.outcome
             guard outcome.feedbackClass.touchesTokens else { return .ignored }
-            let holders = registrations.filter { key, r in
-                key.projectID == projectID
-                    && (r.token == result.token || (outcome.channel == .apns && r.apnsToken == result.token.lowercased()))
-            }.sorted { ($0.value.token == result.token ? 0 : 1, $0.key.fid) < ($1.value.token == result.token ? 0 : 1, $1.key.fid) }
-            guard let (key, registration) = holders.first else { return .notCurrent }
+            guard let (key, registration) = holder(of: result.token, channel: outcome.channel, projectID: projectID),
+                registration.state != .disabled
+            else { return .notCurrent }
             if registration.state == .retired { return .alreadyRetired }
-            if let since = outcome.invalidSince, registration.refreshedAt >= since { return .refreshedSince }
+            let since = outcome.invalidSince.map { min($0, at) }
+            if let since, registration.refreshedAt >= since { return .refreshedSince }
             let data: JSONValue = [
                 "reason": .string(outcome.code), "class": .string(outcome.feedbackClass.rawValue),
                 "channel": .string(outcome.channel.rawValue),
             ]
             var changed = registration
-            if tripped.contains(outcome.channel) {
+            let held = tripped.contains(outcome.channel)
+            if held || outcome.feedbackClass == .suspect {
                 changed.quarantine = Quarantine(
-                    reason: outcome.code, channel: outcome.channel, at: registration.quarantine?.at ?? at, byBreaker: true)
+                    reason: outcome.code, channel: outcome.channel, at: registration.quarantine?.at ?? at,
+                    byBreaker: (registration.quarantine?.byBreaker ?? false) || held)
                 if registration.quarantine == nil { emit(.registrationQuarantined, projectID, key.fid, data) }
                 updateFeedbackMarks(key, changed)
                 return .quarantined
             }
-            let confirmed = registration.quarantine.map {
-                !$0.byBreaker && $0.at <= at.addingTimeInterval(-policy.suspectConfirmAfter)
-            } ?? false
-            if outcome.feedbackClass == .dead || confirmed {
-                changed.state = .retired
-                changed.retirement = Retirement(
-                    reason: outcome.code, channel: outcome.channel, at: at, invalidSince: outcome.invalidSince)
-                changed.quarantine = nil
-                emit(.registrationInvalidated, projectID, key.fid, data)
-                updateFeedbackMarks(key, changed)
-                return .retired
-            }
-            if registration.quarantine == nil {
-                changed.quarantine = Quarantine(reason: outcome.code, channel: outcome.channel, at: at, byBreaker: false)
-                emit(.registrationQuarantined, projectID, key.fid, data)
-                updateFeedbackMarks(key, changed)
-            }
-            return .quarantined
+            changed.state = .retired
+            changed.retirement = Retirement(
+                reason: outcome.code, channel: outcome.channel, at: at, invalidSince: since ?? at)
+            changed.quarantine = nil
+            emit(.registrationInvalidated, projectID, key.fid, data)
+            updateFeedbackMarks(key, changed)
+            return .retired
         }
     }
 
@@ -113,7 +120,7 @@ extension InMemoryStores: FeedbackStore {
             changed.quarantine = nil
             if confirm {
                 changed.state = .retired
-                changed.retirement = Retirement(reason: quarantine.reason, channel: channel, at: at, invalidSince: nil)
+                changed.retirement = Retirement(reason: quarantine.reason, channel: channel, at: at, invalidSince: at)
                 emit(
                     .registrationInvalidated, projectID, rkey.fid,
                     [
@@ -165,7 +172,7 @@ extension InMemoryStores: FeedbackStore {
         stored.retirement = nil
         stored.quarantine = existing.quarantine
         if existing.state == .retired, stored.state != .retired, let retirement = existing.retirement {
-            if retirement.survives(token: stored.token, storedToken: existing.token, clientTime: stored.clientTime) {
+            if retirement.survives(stored, stored: existing) {
                 stored.state = .retired
                 stored.retirement = retirement
                 return
