@@ -16,8 +16,13 @@ targets=("$@")
 # SwiftPM renames `main`; lld (in the toolchain) links libFuzzer where the system's gold gives up.
 artifacts=.build/fuzz-artifacts
 mkdir -p "$artifacts"
-if ! swift build --package-path fuzz --scratch-path .build/fuzz -Xswiftc -sanitize=fuzzer,address \
-  -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld >"$artifacts/build.log" 2>&1; then
+build() {
+  swift build --package-path fuzz --scratch-path .build/fuzz -Xswiftc -sanitize=fuzzer,address \
+    -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld >"$artifacts/build.log" 2>&1
+}
+# An incremental build can keep the parent package's old file list (a source file added since is not seen): once
+# more from scratch before giving up.
+if ! build && ! { rm -rf .build/fuzz && build; }; then
   grep -E "error" "$artifacts/build.log" | sort -u | head -20 >&2
   echo "the fuzz targets did not build (log: $artifacts/build.log)" >&2
   exit 1
