@@ -165,7 +165,17 @@ def image_test():
         pg_up = wait_for(lambda: subprocess.run([*PODMAN, "exec", f"{TAG}-pg", "pg_isready", "-h", "127.0.0.1"],
                                                 capture_output=True).returncode == 0, 60)
         check("image: PostgreSQL beside it is up", pg_up)
+        # Without a master key, on the read-only root: one line naming what it needs, exit 2.
+        keyless = subprocess.run(
+            [*PODMAN, "run", "--rm", "--pod", pod, "--read-only",
+             "-e", "DATABASE_URL=postgresql://postgres:pw@127.0.0.1:5432/token_registry", IMAGE],
+            capture_output=True, text=True, timeout=120)
+        said = (keyless.stdout + keyless.stderr).strip().splitlines()
+        check("image: without SECRETS_KEY it stops with exit 2 and one line naming SECRETS_KEY",
+              keyless.returncode == 2 and any("SECRETS_KEY" in line and line.startswith("error:") for line in said)
+              and not any("Error Domain" in line for line in said), f"exit {keyless.returncode}: {said[-3:]}")
         app = f"{TAG}-app"
+        # The plain `docker run` of deploy/README.md: a master key and a database URL, nothing else.
         podman("run", "-d", "--pod", pod, "--name", app, "--read-only", "-e", f"SECRETS_KEY={SECRETS_KEY}",
                "-e", "DATABASE_URL=postgresql://postgres:pw@127.0.0.1:5432/token_registry",
                "-e", "DRAIN_TIMEOUT_SECONDS=10", IMAGE)

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # podman's pods need an init binary (catatonit) and its CNI networks the dnsname plugin, so that compose services and
 # pods find each other by name: both are only recommended by podman, and install-deps.sh skips recommendations.
 scripts/install-deps.sh haproxy chromium openssl podman runc catatonit golang-github-containernetworking-plugin-dnsname \
-  debootstrap docker-compose postgresql-15-auto-failover python3-yaml
+  debootstrap docker-compose postgresql-15-auto-failover python3-yaml prometheus
 . scripts/swift-env.sh
 cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start
 eval "$cluster_env"
@@ -21,6 +21,10 @@ swift build --build-tests --explicit-target-dependency-import-check error
 timing='HTTPServerLiveTests|OutputBoundTests|EndpointSecurityTests|aStatementTimeoutEndsASlowStatement'
 swift test --skip "$timing"
 swift test --no-parallel --filter "$timing"
+# The alert rules: valid, each alert unit-tested in time, then a real Prometheus firing them against a live service.
+promtool check rules deploy/prometheus/alerts.yml
+(cd deploy/prometheus && promtool test rules tests.yml)
+/usr/bin/python3 integration/prometheus.py
 python3 integration/topology.py
 python3 integration/replicas.py
 python3 integration/browser.py

@@ -64,6 +64,14 @@ public struct Configuration: Sendable {
         var c = Configuration()
         let reader = EnvironmentReader(env: env)
         c.databaseURL = env["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        // A mounted secret (Kubernetes): the URL, credentials included, from a file.
+        if c.databaseURL == nil, let path = env["DATABASE_URL_FILE"], !path.isEmpty {
+            guard let data = FileManager.default.contents(atPath: path),
+                let url = String(data: data, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines),
+                !url.isEmpty
+            else { throw ConfigurationError(variable: "DATABASE_URL_FILE", problem: "names no readable, non-empty file (\(path))") }
+            c.databaseURL = url
+        }
         c.databaseReadURL = env["DATABASE_READ_URL"].flatMap { $0.isEmpty ? nil : $0 }
         if c.databaseReadURL != nil && c.databaseURL == nil {
             throw ConfigurationError(

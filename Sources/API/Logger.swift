@@ -85,7 +85,9 @@ public struct Logger: Sendable {
 
     /// The request log line, at `info`: built straight into bytes (it is written once per request) and gathered
     /// in the buffer when there is one.
-    public func request(id: String, method: String, route: String, status: Int, microseconds: Int) {
+    public func request(
+        id: String, traceID: String? = nil, method: String, route: String, status: Int, microseconds: Int
+    ) {
         guard level <= .info else { return }
         var line = [UInt8]()
         line.reserveCapacity(200)
@@ -93,6 +95,10 @@ public struct Logger: Sendable {
         Logger.appendTimestamp(to: &line)
         line.append(contentsOf: #"","level":"info","msg":"request","requestId":"#.utf8)
         JSONValue.appendString(id, to: &line)
+        if let traceID {
+            line.append(contentsOf: #","traceId":"#.utf8)
+            JSONValue.appendString(traceID, to: &line)
+        }
         line.append(contentsOf: #","method":"#.utf8)
         JSONValue.appendString(method, to: &line)
         line.append(contentsOf: #","route":"#.utf8)

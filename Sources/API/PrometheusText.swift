@@ -45,6 +45,26 @@ enum PrometheusText {
         ]
     }
 
+    /// Whether this replica serves: not draining, the database reachable, the schema current (what `/readyz` says).
+    static func ready(_ ready: Bool) -> [String] {
+        [
+            "# HELP registry_ready 1 when this replica is ready to serve (its /readyz answers 200), else 0.",
+            "# TYPE registry_ready gauge", "registry_ready \(ready ? 1 : 0)",
+        ]
+    }
+
+    /// Registrations by freshness (counted at most every few minutes: a count over the table).
+    static func registrations(_ counts: [String: Int]) -> [String] {
+        var lines = [
+            "# HELP registry_registrations Registrations by freshness: fresh, stale (still targeted), expired (no longer targeted), disabled (consent withdrawn), retired (send feedback).",
+            "# TYPE registry_registrations gauge",
+        ]
+        for (name, count) in counts.sorted(by: { $0.key < $1.key }) {
+            lines.append("registry_registrations{freshness=\"\(name)\"} \(count)")
+        }
+        return lines
+    }
+
     static func registryGauges(_ gauges: RegistryGauges) -> [String] {
         var lines = ["# HELP registry_deletions Deletions by state.", "# TYPE registry_deletions gauge"]
         for state in [ReceiptState.pending, .done, .overdue] {
@@ -63,6 +83,19 @@ enum PrometheusText {
             let labels = "project=\"\(escape(service.projectID))\",service=\"\(escape(service.service))\""
             lines.append("registry_delivery_attempts_total{\(labels)} \(service.attempts)")
             lines.append("registry_delivery_failures_total{\(labels)} \(service.failures)")
+        }
+        lines += [
+            "# HELP registry_event_outbox_rows Change-feed events the relay has not moved yet.",
+            "# TYPE registry_event_outbox_rows gauge", "registry_event_outbox_rows \(gauges.outboxRows)",
+            "# HELP registry_event_outbox_oldest_seconds Age of the oldest change-feed event the relay has not moved yet.",
+            "# TYPE registry_event_outbox_oldest_seconds gauge",
+            "registry_event_outbox_oldest_seconds \(gauges.outboxOldestSeconds)",
+        ]
+        if let age = gauges.signingKeyAgeSeconds {
+            lines += [
+                "# HELP registry_signing_key_age_seconds Age of the newest key that signs installation auth tokens.",
+                "# TYPE registry_signing_key_age_seconds gauge", "registry_signing_key_age_seconds \(age)",
+            ]
         }
         lines += [
             "# HELP registry_feedback_breaker_tripped Send feedback's breaker is tripped for this project and channel: its retirements turned into quarantine until an operator clears it.",

@@ -8,6 +8,8 @@ public struct RequestContext: Sendable {
     public let parameters: [String: String]
     public let requestID: String
     public let template: String
+    /// The request's W3C trace (the caller's, or a new one).
+    public let trace: TraceContext
 
     /// A path parameter the route template declares.
     public func parameter(_ name: String) -> String { parameters[name] ?? "" }

@@ -34,8 +34,10 @@ public struct Responder: Sendable {
     public func respond(to request: HTTPRequest) async -> HTTPResponse {
         let started = ContinuousClock.now
         let requestID = Responder.requestID(request.headers["x-request-id"])
+        let trace = TraceContext.of(request.headers["traceparent"])
         if let preflight = await cors.preflight(request, router: routes.router) {
-            return finish(preflight, request: request, requestID: requestID, template: "preflight", started: started)
+            return finish(
+                preflight, request: request, requestID: requestID, trace: trace, template: "preflight", started: started)
         }
         let response: HTTPResponse
         var template = "unmatched"
@@ -43,7 +45,7 @@ public struct Responder: Sendable {
         case let .found(route, parameters, matched):
             template = matched
             let context = RequestContext(
-                request: request, parameters: parameters, requestID: requestID, template: matched)
+                request: request, parameters: parameters, requestID: requestID, template: matched, trace: trace)
             var answer: HTTPResponse
             if let refused = route.admit?(context) {
                 answer = refused
@@ -51,7 +53,7 @@ public struct Responder: Sendable {
                 do {
                     answer = try await route.run(auth, context)
                 } catch {
-                    answer = failed(error, route: route, requestID: requestID)
+                    answer = failed(error, route: route, requestID: requestID, trace: trace)
                 }
             }
             if route.browser, route.method == request.method {
@@ -73,7 +75,8 @@ public struct Responder: Sendable {
                 request.path.hasPrefix("/iid/")
                 ? IIDController.error(400, "INVALID_ARGUMENT") : APIError.invalid(reason).response
         }
-        return finish(response, request: request, requestID: requestID, template: template, started: started)
+        return finish(
+            response, request: request, requestID: requestID, trace: trace, template: template, started: started)
     }
 
     /// Answers a request for an immediate route (``Routes/addImmediate(_:_:_:)``) at its exact path, through the same
@@ -85,24 +88,28 @@ public struct Responder: Sendable {
         else { return nil }
         let started = ContinuousClock.now
         let requestID = Responder.requestID(request.headers["x-request-id"])
-        let context = RequestContext(request: request, parameters: [:], requestID: requestID, template: route.template)
+        let trace = TraceContext.of(request.headers["traceparent"])
+        let context = RequestContext(
+            request: request, parameters: [:], requestID: requestID, template: route.template, trace: trace)
         let response: HTTPResponse
         do {
             response = try handler(context)
         } catch {
-            response = failed(error, route: route, requestID: requestID)
+            response = failed(error, route: route, requestID: requestID, trace: trace)
         }
-        return finish(response, request: request, requestID: requestID, template: route.template, started: started)
+        return finish(
+            response, request: request, requestID: requestID, trace: trace, template: route.template, started: started)
     }
 
     /// The answer to a route's error, in its shape; a server error (5xx) is logged with its cause.
-    private func failed(_ error: any Error, route: Route, requestID: String) -> HTTPResponse {
+    private func failed(_ error: any Error, route: Route, requestID: String, trace: TraceContext) -> HTTPResponse {
         let response = route.errors.response(error)
         if response.status >= 500 {
             logger.error(
                 "request failed",
                 [
-                    ("requestId", .string(requestID)), ("route", .string(route.template)),
+                    ("requestId", .string(requestID)), ("traceId", .string(trace.traceID)),
+                    ("route", .string(route.template)),
                     ("error", .string(String(describing: error))),
                 ])
         }
@@ -111,17 +118,18 @@ public struct Responder: Sendable {
 
     /// Stamps the request id, records the metrics and writes the request log line.
     private func finish(
-        _ answer: HTTPResponse, request: HTTPRequest, requestID: String, template: String,
+        _ answer: HTTPResponse, request: HTTPRequest, requestID: String, trace: TraceContext, template: String,
         started: ContinuousClock.Instant
     ) -> HTTPResponse {
         var response = answer
         response.headers.add(name: "x-request-id", value: requestID)
+        response.headers.add(name: "traceparent", value: trace.header)
         let elapsed = ContinuousClock.now - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let method = HTTPMethod.label(request.method)
         metrics.observe(method: method, route: template, status: response.status, seconds: seconds)
         logger.request(
-            id: requestID, method: method, route: template, status: response.status,
+            id: requestID, traceID: trace.traceID, method: method, route: template, status: response.status,
             microseconds: Int(seconds * 1_000_000))
         return response
     }

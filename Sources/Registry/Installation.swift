@@ -57,6 +57,8 @@ public struct DeletionRequest: Sendable {
     public let requestedAt: Date
     public let deadline: Date
     public let idleBefore: Date?
+    /// The W3C `traceparent` of the request that asked for it, passed on in its notices (nil for the jobs' own).
+    public var traceparent: String? = nil
 }
 
 /// Why an installation was deleted.

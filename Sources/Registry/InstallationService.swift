@@ -112,15 +112,16 @@ public struct InstallationService: Sendable {
     ///
     /// - Parameter idleBefore: delete only if the installation was last seen before this time (expiry).
     /// - Returns: false when there was no such installation.
-    public func delete(projectID: String, fid: String, reason: DeletionReason, idleBefore: Date? = nil) async throws
-        -> Bool
-    {
+    public func delete(
+        projectID: String, fid: String, reason: DeletionReason, idleBefore: Date? = nil, traceparent: String? = nil
+    ) async throws -> Bool {
         guard Identifiers.isValidFID(fid) else { return false }
         let now = clock.now()
         return try await store.delete(
             DeletionRequest(
                 projectID: projectID, fid: fid, fidHash: fidHasher.hash(projectID: projectID, fid: fid), reason: reason,
-                requestedAt: now, deadline: now.addingTimeInterval(DeletionReason.deadline), idleBefore: idleBefore))
+                requestedAt: now, deadline: now.addingTimeInterval(DeletionReason.deadline), idleBefore: idleBefore,
+                traceparent: traceparent))
     }
 
     /// The FIDs among `fids` that are live installations of the project.

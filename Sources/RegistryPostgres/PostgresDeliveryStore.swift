@@ -29,7 +29,8 @@ struct PostgresDeliveryStore: DeliveryStore {
                 FROM due WHERE d.deletion_id = due.deletion_id AND d.service = due.service
                 RETURNING d.deletion_id, d.service, d.delivery_id, d.attempts
             )
-            SELECT c.*, del.project_id, del.fid, del.reason, del.requested_at, del.deadline, ls.endpoint, ls.secret,
+            SELECT c.*, del.project_id, del.fid, del.reason, del.requested_at, del.deadline, del.traceparent, ls.endpoint,
+                ls.secret,
                 CASE WHEN ls.previous_secret_until > \(now) THEN ls.previous_secret END AS previous_secret
             FROM claimed c JOIN deletions del ON del.id = c.deletion_id
             JOIN linked_services ls ON ls.project_id = del.project_id AND ls.name = c.service
@@ -74,7 +75,7 @@ struct PostgresDeliveryStore: DeliveryStore {
             endpoint: try row.require("endpoint"), secrets: secrets, projectID: projectID,
             fid: try row.require("fid"), reason: try row.require("reason", as: DeletionReason.self),
             requestedAt: try row.require("requested_at"), deadline: try row.require("deadline"),
-            unsendable: unsendable)
+            unsendable: unsendable, traceparent: try row.decode("traceparent"))
     }
 
     func record(_ item: ClaimedDelivery, outcome: DeliveryOutcome, at now: Date) async throws {

@@ -93,8 +93,9 @@ struct PostgresInstallationStore: InstallationStore {
             try await c.query(
                 """
                 WITH deletion AS (
-                    INSERT INTO deletions (project_id, fid, fid_hmac, reason, requested_at, deadline, completed_at)
+                    INSERT INTO deletions (project_id, fid, fid_hmac, reason, requested_at, deadline, traceparent, completed_at)
                     VALUES (\(d.projectID), \(d.fid), \(ByteA(d.fidHash)), \(d.reason.rawValue), \(d.requestedAt), \(d.deadline),
+                        \(d.traceparent),
                         CASE WHEN EXISTS (SELECT 1 FROM linked_services WHERE project_id = \(d.projectID))
                              THEN NULL ELSE \(d.requestedAt)::timestamptz END)
                     ON CONFLICT (project_id, fid) DO UPDATE SET requested_at = deletions.requested_at

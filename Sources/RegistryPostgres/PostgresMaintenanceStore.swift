@@ -107,6 +107,25 @@ struct PostgresMaintenanceStore: MaintenanceStore {
         return try row.require("now")
     }
 
+    func registrationCounts(staleBefore: Date, expiredBefore: Date) async throws -> [String: Int] {
+        guard
+            let row = try await db.query(
+                """
+                SELECT count(*) FILTER (WHERE state = 'active' AND refreshed_at >= \(staleBefore))::int AS fresh,
+                       count(*) FILTER (WHERE state = 'active' AND refreshed_at < \(staleBefore)
+                                        AND refreshed_at >= \(expiredBefore))::int AS stale,
+                       count(*) FILTER (WHERE state = 'active' AND refreshed_at < \(expiredBefore))::int AS expired,
+                       count(*) FILTER (WHERE state = 'disabled')::int AS disabled,
+                       count(*) FILTER (WHERE state = 'retired')::int AS retired
+                FROM registrations
+                """
+            ).first
+        else { return [:] }
+        var counts: [String: Int] = [:]
+        for name in ["fresh", "stale", "expired", "disabled", "retired"] { counts[name] = try row.require(name) }
+        return counts
+    }
+
     func gauges(at now: Date) async throws -> RegistryGauges {
         var gauges = RegistryGauges(deletions: [:], oldestUndeliveredSeconds: 0, services: [], jobs: [])
         // The open deletions through the index on `completed_at` (they are few), the completed ones from the count kept
@@ -138,6 +157,21 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 job: try $0.require("job"), lastRun: try $0.require("last_run_at"),
                 durationSeconds: try $0.require("duration_ms", as: Double.self) / 1000)
         }
+        if let outbox = try await db.query(
+            """
+            SELECT count(*)::int AS n, coalesce(extract(epoch FROM \(now)::timestamptz - min(created_at)), 0)::float8 AS oldest
+            FROM event_outbox
+            """
+        ).first {
+            gauges.outboxRows = try outbox.require("n")
+            gauges.outboxOldestSeconds = max(0, try outbox.require("oldest"))
+        }
+        gauges.signingKeyAgeSeconds = try await db.query(
+            """
+            SELECT extract(epoch FROM \(now)::timestamptz - max(created_at))::float8 AS age FROM signing_keys
+            WHERE retired_at IS NULL
+            """
+        ).first?.decode("age")
         gauges.trippedBreakers = try await db.query(
             "SELECT project_id, channel FROM feedback_breakers WHERE tripped ORDER BY project_id, channel"
         ).map { RegistryGauges.TrippedBreaker(projectID: try $0.require("project_id"), channel: try $0.require("channel")) }

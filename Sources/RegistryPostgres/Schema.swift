@@ -24,6 +24,7 @@ public enum Schema {
         migration(19, "refresh_moves_tokens", PackageResources.m019_refresh_moves_tokens_sql),
         migration(20, "sender_tokens", PackageResources.m020_sender_tokens_sql),
         migration(21, "send_feedback", PackageResources.m021_send_feedback_sql),
+        migration(22, "operations", PackageResources.m022_operations_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

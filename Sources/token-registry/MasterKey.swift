@@ -12,7 +12,15 @@ enum MasterKey {
     static func box(_ configuration: Configuration, dataDirectory: String, logger: Logger) throws -> SecretBox {
         if let key = configuration.secretsKey { return try SecretBox(key: key) }
         let path = dataDirectory + "/" + fileName
-        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        // Without a key of the operator's, one is kept beside the data; a read-only image has nowhere to keep it.
+        let missing =
+            "no master key: set SECRETS_KEY (the base64 of 32 random bytes: openssl rand -base64 32) or SECRETS_KEY_FILE; "
+            + "without them a key file is kept in \(dataDirectory), which cannot be written"
+        do {
+            try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        } catch {
+            throw CLIError(missing)
+        }
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         if fd >= 0 {
             let text = Base64URL.encode(try SecureRandom.bytes(32)) + "\n"
@@ -24,7 +32,7 @@ enum MasterKey {
                     + "(every replica the same), and keep it: the data's secrets cannot be read without it",
                 [("file", .string(path))])
         } else if errno != EEXIST {
-            throw CLIError("cannot create the master key file \(path): \(String(cString: strerror(errno)))")
+            throw CLIError(missing + " (\(String(cString: strerror(errno))))")
         }
         guard let data = FileManager.default.contents(atPath: path),
             let key = Configuration.masterKey(String(decoding: data, as: UTF8.self))

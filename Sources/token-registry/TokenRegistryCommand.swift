@@ -74,9 +74,23 @@ enum TokenRegistryCommand {
             FileHandle.standardError.write(Data("error: \(error.message)\n".utf8))
             return 1
         } catch {
-            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            FileHandle.standardError.write(Data("error: \(oneLine(error))\n".utf8))
             return 1
         }
+    }
+
+    /// Any failure as one line: a Foundation error by its description (never its `Error Domain=…` dump), line breaks
+    /// folded, at most 1000 characters.
+    static func oneLine(_ error: any Error) -> String {
+        let text: String
+        if error is CocoaError || type(of: error) is NSError.Type {
+            text = (error as NSError).localizedDescription
+        } else {
+            text = String(describing: error)
+        }
+        let folded = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            .joined(separator: " ")
+        return String(folded.prefix(1000))
     }
 }
 

@@ -205,6 +205,36 @@ struct ProcessTests {
         }
     }
 
+    /// A start-up failure is one line on standard error and a non-zero exit, never a Foundation error's dump: no
+    /// master key and nowhere to keep one (exit 2, naming SECRETS_KEY), a database that does not answer, a URL that is
+    /// not one.
+    @Test func startUpFailuresAreOneClearLine() async throws {
+        let url = try await TestDatabase.create()
+        defer { Task { await TestDatabase.drop(url) } }
+        func start(_ env: [String: String], in directory: String) async throws -> (code: Int, errors: [String]) {
+            let assignments = env.map { "\($0.key)='\($0.value)'" }.joined(separator: " ")
+            let output = try await shell(
+                "cd '\(directory)' && env -u SECRETS_KEY -u SECRETS_KEY_FILE -u DATABASE_URL \(assignments) PORT=0 "
+                    + "'\(ServiceProcess.binary)' serve 2>&1; echo \"exit=$?\"")
+            let lines = output.split(separator: "\n").map(String.init)
+            let code = Int(lines.last { $0.hasPrefix("exit=") }?.dropFirst(5) ?? "") ?? -1
+            #expect(!output.contains("Error Domain"), "\(output.suffix(400))")
+            return (code, lines.filter { $0.hasPrefix("error:") })
+        }
+        // /proc/self has no room for ./.data, as a read-only image has none.
+        let keyless = try await start(["DATABASE_URL": url], in: "/proc/self")
+        #expect(keyless.code == 2 && keyless.errors.count == 1, "\(keyless)")
+        #expect(keyless.errors.first?.contains("SECRETS_KEY") == true && keyless.errors.first?.contains("SECRETS_KEY_FILE") == true)
+        let key = ["SECRETS_KEY": Base64URL.encode(try SecureRandom.bytes(32))]
+        let unreachable = try await start(
+            key.merging(["DATABASE_URL": "host=127.0.0.1 port=1 dbname=x connect_timeout=2"]) { a, _ in a }, in: "/tmp")
+        #expect(unreachable.code != 0 && unreachable.errors.count == 1, "\(unreachable)")
+        let malformed = try await start(key.merging(["DATABASE_URL": "postgresql://[::1"]) { a, _ in a }, in: "/tmp")
+        #expect(malformed.code != 0 && malformed.errors.count == 1, "\(malformed)")
+        let missingFile = try await start(key.merging(["DATABASE_URL_FILE": "/nonexistent/url"]) { a, _ in a }, in: "/tmp")
+        #expect(missingFile.code == 2 && missingFile.errors.first?.contains("DATABASE_URL_FILE") == true, "\(missingFile)")
+    }
+
     @Test func aReplicaWithAnotherMasterKeyRefusesToStart() async throws {
         let url = try await TestDatabase.create()
         defer { Task { await TestDatabase.drop(url) } }

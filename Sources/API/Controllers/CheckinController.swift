@@ -169,7 +169,8 @@ struct CheckinController: Sendable {
         let form = try Self.form(context)
         let checkin = caller.checkin
         if let installation = caller.installation {
-            return try await registerInstallation(checkin: checkin, installation, form: form)
+            return try await registerInstallation(
+                checkin: checkin, installation, form: form, trace: context.trace.header)
         }
         guard let app = form("app"), let subtype = form("subtype") ?? form("sender"), !app.isEmpty, !subtype.isEmpty
         else { throw RegistryError.invalid("app", "app and X-subtype (or sender) are required") }
@@ -180,7 +181,9 @@ struct CheckinController: Sendable {
         return Self.text(200, "token=\(try await checkins.gcmToken(checkin, app: app, subtype: subtype))")
     }
 
-    private func registerInstallation(checkin: StoredCheckin, _ caller: InstallationCaller, form: Form) async throws
+    private func registerInstallation(
+        checkin: StoredCheckin, _ caller: InstallationCaller, form: Form, trace: String
+    ) async throws
         -> HTTPResponse
     {
         let (project, installation) = (caller.project, caller.installation)
@@ -206,7 +209,7 @@ struct CheckinController: Sendable {
             // (`deleteData`'s `sender=*` deletes this installation's tokens instead). What the old installation held
             // (its tokens, its topics) goes with it: the device left it behind.
             let oldToken = try await registrations.find(project: project, tokenOrFID: old)?.token
-            _ = try await installations.delete(projectID: project.id, fid: old, reason: .client)
+            _ = try await installations.delete(projectID: project.id, fid: old, reason: .client, traceparent: trace)
             return Self.text(200, "deleted=\(oldToken ?? old)")
         }
         if form.deletes {

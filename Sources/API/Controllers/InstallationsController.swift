@@ -72,10 +72,11 @@ struct InstallationsController {
     {
         switch caller {
         case let .first(server):
-            try await serverDelete(project: server.project, fid: context.parameter("fid"))
+            try await serverDelete(project: server.project, fid: context.parameter("fid"), trace: context.trace)
         case let .second(client):
             let fid = client.installation.fid
-            guard try await installations.delete(projectID: client.project.id, fid: fid, reason: .client) else {
+            guard try await installations.delete(
+                projectID: client.project.id, fid: fid, reason: .client, traceparent: context.trace.header) else {
                 throw APIError.notFound("installation \(fid) not found")
             }
         }
@@ -84,13 +85,14 @@ struct InstallationsController {
 
     /// The admin SDKs' route (`delete_instance_id`, `deleteInstallation`): 404 unknown, 409 already deleted.
     func adminDelete(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
-        try await serverDelete(project: caller.project, fid: context.parameter("fid"))
+        try await serverDelete(project: caller.project, fid: context.parameter("fid"), trace: context.trace)
         return .json([:])
     }
 
-    private func serverDelete(project: Project, fid: String) async throws {
+    private func serverDelete(project: Project, fid: String, trace: TraceContext) async throws {
         guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
-        if try await installations.delete(projectID: project.id, fid: fid, reason: .server) { return }
+        if try await installations.delete(
+            projectID: project.id, fid: fid, reason: .server, traceparent: trace.header) { return }
         if try await installations.wasDeleted(project: project, fid: fid) {
             throw APIError(409, "ABORTED", "installation \(fid) was already deleted")
         }

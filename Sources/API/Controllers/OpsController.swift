@@ -35,6 +35,8 @@ struct OpsController: Sendable {
     let metrics: Metrics
     let jobs: Jobs
     let gauges: GaugeCache
+    /// Registrations by freshness: a count over the table, so once every five minutes at most.
+    let slowGauges = GaugeCache(ttl: .seconds(300))
     let draining: @Sendable () -> Bool
     let serverGauges: @Sendable () -> [String]
 
@@ -65,6 +67,8 @@ struct OpsController: Sendable {
 
     func metricsText(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         var extra = serverGauges()
+        let unready = await health.unreadiness()
+        extra += PrometheusText.ready(!draining() && unready == nil)
         extra += PrometheusText.storeStatistics(health.statistics)
         // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
         extra += await gauges.lines {
@@ -72,6 +76,9 @@ struct OpsController: Sendable {
             if let gauges = try? await jobs.gauges() { lines += PrometheusText.registryGauges(gauges) }
             if let skew = try? await jobs.clock.skew() { lines += PrometheusText.clockSkew(skew) }
             return lines
+        }
+        extra += await slowGauges.lines {
+            (try? await jobs.registrationCounts()).map(PrometheusText.registrations) ?? []
         }
         return HTTPResponse(
             status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.render(extra: extra))

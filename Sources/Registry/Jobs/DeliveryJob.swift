@@ -120,11 +120,13 @@ public struct DeliveryJob: Sendable {
             let body = DeliveryJob.body(item)
             // The signature's time is the wall clock's: the receiver checks it against its own.
             let timestamp = DeletionService.wallClockSeconds()
-            let headers = [
+            var headers = [
                 ("Content-Type", "application/json"),
                 ("Registry-Signature", WebhookSignature.header(secrets: item.secrets, timestamp: timestamp, body: body)),
                 ("Registry-Delivery", item.deliveryID),
             ]
+            // The request that deleted the installation, followed into the linked service.
+            if let traceparent = item.traceparent { headers.append(("traceparent", traceparent)) }
             let response = await transport.post(endpoint: item.endpoint, body: body, headers: headers)
             let now = try await clock.now()
             let outcome: DeliveryOutcome

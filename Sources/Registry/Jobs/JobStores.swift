@@ -19,11 +19,13 @@ public struct ClaimedDelivery: Sendable, Equatable {
     /// Why the notice cannot be signed (a stored secret that does not open): the attempt is recorded as failed on
     /// this delivery alone, and the rest of the batch goes on.
     public let unsendable: String?
+    /// The W3C `traceparent` of the request that deleted the installation, when one did.
+    public let traceparent: String?
 
     public init(
         deletionID: Int64, service: String, deliveryID: String, attempts: Int, endpoint: String, secrets: [String],
         projectID: String, fid: String, reason: DeletionReason, requestedAt: Date, deadline: Date,
-        unsendable: String? = nil
+        unsendable: String? = nil, traceparent: String? = nil
     ) {
         self.deletionID = deletionID
         self.service = service
@@ -37,6 +39,7 @@ public struct ClaimedDelivery: Sendable, Equatable {
         self.requestedAt = requestedAt
         self.deadline = deadline
         self.unsendable = unsendable
+        self.traceparent = traceparent
     }
 }
 
@@ -124,6 +127,11 @@ public struct RegistryGauges: Sendable, Equatable {
     public var oldestUndeliveredSeconds: Double
     public var services: [ServiceCounters]
     public var jobs: [JobRun]
+    /// The change feed's outbox: rows the relay has not moved yet, and the age of the oldest.
+    public var outboxRows = 0
+    public var outboxOldestSeconds = 0.0
+    /// Age of the newest signing key that still signs (nil when there is none).
+    public var signingKeyAgeSeconds: Double?
     /// Send feedback's tripped breakers, by project and channel (a project there is suspect).
     public var trippedBreakers: [TrippedBreaker] = []
 
@@ -158,6 +166,9 @@ public protocol MaintenanceStore: Sendable {
     /// Reports each registration last refreshed before `cutoff` once, as `registration.expired`.
     func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int
     func recordRun(job: String, at: Date, durationSeconds: Double, processed: Int) async throws
+    /// Registrations by freshness: `fresh`, `stale` (active, refreshed before `staleBefore`), `expired` (before
+    /// `expiredBefore`), `disabled` and `retired`. A count over the table: asked for rarely.
+    func registrationCounts(staleBefore: Date, expiredBefore: Date) async throws -> [String: Int]
     /// The store's own clock (PostgreSQL's `now()`), which every replica shares.
     func databaseNow() async throws -> Date
     func gauges(at now: Date) async throws -> RegistryGauges

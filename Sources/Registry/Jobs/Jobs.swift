@@ -27,6 +27,7 @@ public struct Jobs: Sendable {
     let feed: any ChangeFeedStore
     let maintenance: any MaintenanceStore
     let checkins: CheckinService?
+    let freshness: Freshness
     let feedback: FeedbackService?
 
     public init(
@@ -44,6 +45,7 @@ public struct Jobs: Sendable {
         self.feed = feed
         self.maintenance = maintenance
         self.checkins = checkins
+        self.freshness = freshness
         self.feedback = feedback
     }
 
@@ -126,4 +128,12 @@ public struct Jobs: Sendable {
 
     /// The deletion and job gauges, read from the store so every replica reports the same.
     public func gauges() async throws -> RegistryGauges { try await maintenance.gauges(at: try await clock.now()) }
+
+    /// Registrations by freshness (see ``MaintenanceStore/registrationCounts(staleBefore:expiredBefore:)``).
+    public func registrationCounts() async throws -> [String: Int] {
+        let now = try await clock.now()
+        return try await maintenance.registrationCounts(
+            staleBefore: now.addingTimeInterval(-freshness.staleAfter),
+            expiredBefore: now.addingTimeInterval(-freshness.expireAfter))
+    }
 }

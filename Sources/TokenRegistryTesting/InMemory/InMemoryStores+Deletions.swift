@@ -141,7 +141,8 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
                     deletionID: pick.id, service: pick.name, deliveryID: delivery.deliveryID,
                     attempts: delivery.attempts + 1, endpoint: services[deletion.projectID]![pick.name]!.service.endpoint,
                     secrets: keys?.secrets.map(\.secret) ?? [], projectID: deletion.projectID, fid: deletion.fid,
-                    reason: deletion.reason, requestedAt: deletion.requestedAt, deadline: deletion.deadline))
+                    reason: deletion.reason, requestedAt: deletion.requestedAt, deadline: deletion.deadline,
+                    traceparent: deletion.traceparent))
         }
         return claimed
     }
@@ -219,6 +220,20 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
 
     public func databaseNow() async throws -> Date { clock.now() }
 
+    public func registrationCounts(staleBefore: Date, expiredBefore: Date) async throws -> [String: Int] {
+        var counts = ["fresh": 0, "stale": 0, "expired": 0, "disabled": 0, "retired": 0]
+        for r in registrations.values {
+            switch r.state {
+            case .disabled: counts["disabled", default: 0] += 1
+            case .retired: counts["retired", default: 0] += 1
+            case .active:
+                let name = r.refreshedAt >= staleBefore ? "fresh" : r.refreshedAt >= expiredBefore ? "stale" : "expired"
+                counts[name, default: 0] += 1
+            }
+        }
+        return counts
+    }
+
     public func gauges(at now: Date) async throws -> RegistryGauges {
         let records = deletions.values.map(record)
         var counts: [ReceiptState: Int] = [:]
@@ -229,6 +244,11 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
             deletions: counts, oldestUndeliveredSeconds: oldest.map { now.timeIntervalSince($0) } ?? 0,
             services: counters.values.sorted { ($0.projectID, $0.service) < ($1.projectID, $1.service) },
             jobs: jobRuns.values.sorted { $0.job < $1.job })
+        gauges.outboxRows = outbox.count
+        gauges.outboxOldestSeconds = outbox.map(\.time).min().map { max(0, now.timeIntervalSince($0)) } ?? 0
+        gauges.signingKeyAgeSeconds = signingKeys.filter { $0.retiredAt == nil }.map(\.createdAt).max().map {
+            now.timeIntervalSince($0)
+        }
         gauges.trippedBreakers = breakers.filter(\.value.tripped).map {
             RegistryGauges.TrippedBreaker(projectID: $0.key.projectID, channel: $0.key.channel.rawValue)
         }.sorted { ($0.projectID, $0.channel) < ($1.projectID, $1.channel) }

@@ -46,6 +46,7 @@ public actor InMemoryStores {
         let deadline: Date
         var completedAt: Date?
         var deliveries: [String: Delivery]
+        var traceparent: String? = nil
     }
 
     var projects: [String: Project] = [:]
@@ -161,7 +162,7 @@ extension InMemoryStores: InstallationStore, SecretStore {
             requestedAt: d.requestedAt, deadline: d.deadline, completedAt: linked.isEmpty ? d.requestedAt : nil,
             deliveries: linked.mapValues { _ in
                 Delivery(state: .pending, nextAttemptAt: d.requestedAt, deliveryID: UUID().uuidString)
-            })
+            }, traceparent: d.traceparent)
         emit(.installationDeleted, d.projectID, d.fid, ["reason": .string(d.reason.rawValue)])
         return true
     }
