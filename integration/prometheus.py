@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import yaml
@@ -23,11 +24,15 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 TOKEN = "prometheus-test-metrics-token"
 
 
+TRACEPARENTS = []
+
+
 class Refusing(http.server.BaseHTTPRequestHandler):
-    """A linked service that refuses every deletion notice."""
+    """A linked service that refuses every deletion notice (and notes the trace each one carries)."""
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length") or 0))
+        TRACEPARENTS.append(self.headers.get("traceparent"))
         self.send_response(500)
         self.send_header("content-length", "0")
         self.end_headers()
@@ -83,7 +88,8 @@ def main():
         created = call("POST", "/v1/projects/prom-proj/installations",
                        {"appId": app["appId"], "authVersion": "FIS_v2"},
                        {"x-goog-api-key": app["apiKey"], "Content-Type": "application/json"})
-        call("DELETE", f"/v1/project/prom-proj/instanceId/{created['fid']}")
+        caller_trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        call("DELETE", f"/v1/project/prom-proj/instanceId/{created['fid']}", headers={**server, "traceparent": caller_trace})
 
         # The rules as shipped, with every `for:` at 0s so the test need not wait hours.
         rules = yaml.safe_load(open(os.path.join(ROOT, "deploy/prometheus/alerts.yml")))
@@ -125,7 +131,11 @@ def main():
         # Then a deletion past its deadline: the purge, run as if 181 days later, reports the service overdue.
         later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 181 * 86400))
         subprocess.run([BIN, "jobs", "run", "--now", later], env={**os.environ, "DATABASE_URL": db.url},
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, timeout=60)
+        # The request's trace reached the linked service, through the deletion stored in PostgreSQL.
+        check("the deletion's notices carry the request's trace",
+              bool(TRACEPARENTS) and all(t and t.startswith("00-0af7651916cd43dd8448eb211c80319c-") for t in TRACEPARENTS),
+              f"{TRACEPARENTS[:3]}")
         firing |= until_firing("TokenRegistryDeletionOverdue")
         expected = {"TokenRegistryLinkedServiceFailing", "TokenRegistryDeletionOverdue"}
         check("no alert fires that should not", not (firing - expected), f"firing: {sorted(firing)}")
@@ -137,8 +147,8 @@ def main():
         # Every metric name of the rules and the dashboard is exported (or a recording rule's, or Prometheus's own).
         req = urllib.request.Request(f"{base}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
         scrape = urllib.request.urlopen(req, timeout=10).read().decode()
-        exported = set(re.findall(r"^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*)", scrape, re.M))
-        exported |= {n + s for n in exported for s in ("_bucket", "_sum", "_count")}
+        types = dict(re.findall(r"^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) ([a-z]+)", scrape, re.M))
+        exported = set(types) | {n + s for n, t in types.items() if t == "histogram" for s in ("_bucket", "_sum", "_count")}
         recorded = {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
         known = exported | recorded | {"up"}
         exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
@@ -146,6 +156,17 @@ def main():
         exprs += [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
         unknown = sorted({n for e in exprs for n in metric_names(e)} - known)
         check("every metric the rules and the dashboard read is exported", not unknown, f"unknown: {unknown}")
+        # And every dashboard expression evaluates in this Prometheus.
+        failed = []
+        for expr in [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]:
+            query = urllib.parse.urlencode({"query": expr})
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/query?{query}", timeout=5) as r:
+                    if json.loads(r.read()).get("status") != "success":
+                        failed.append(expr)
+            except OSError as e:
+                failed.append(f"{expr}: {e}")
+        check("every dashboard expression evaluates", not failed, f"{failed[:3]}")
         check("the dashboard is Grafana 10+ JSON with a Prometheus data source",
               dashboard.get("schemaVersion", 0) >= 38 and all(
                   p["datasource"]["type"] == "prometheus" for p in dashboard["panels"]))
