@@ -1,3 +1,4 @@
+import Foundation
 import Registry
 import Synchronization
 
@@ -32,6 +33,8 @@ public final class Metrics: Sendable {
         /// Send feedback results by channel and class, and what they did (closed sets).
         var feedbackResults: [String: Int] = [:]
         var feedbackActions: [String: Int] = [:]
+        /// When this replica's jobs loop last completed a run (nil: the loop is off here).
+        var jobsLoopLastRun: Double?
     }
 
     private let state = Mutex(State())
@@ -52,6 +55,7 @@ public final class Metrics: Sendable {
         state.withLock { s in
             for (job, count) in report.unitFailures { s.jobUnitFailures[job, default: 0] += count }
             for job in report.failed.keys { s.jobFailures[job, default: 0] += 1 }
+            s.jobsLoopLastRun = Date().timeIntervalSince1970
         }
     }
 
@@ -106,6 +110,11 @@ public final class Metrics: Sendable {
         out += "# TYPE registry_feedback_actions_total counter\n"
         for (action, count) in snapshot.feedbackActions.sorted(by: { $0.key < $1.key }) {
             out += "registry_feedback_actions_total{action=\"\(action)\"} \(count)\n"
+        }
+        if let last = snapshot.jobsLoopLastRun {
+            out += "# HELP registry_jobs_loop_last_run_timestamp_seconds When this replica's jobs loop last completed a run.\n"
+            out += "# TYPE registry_jobs_loop_last_run_timestamp_seconds gauge\n"
+            out += "registry_jobs_loop_last_run_timestamp_seconds \(last)\n"
         }
         for line in extra { out += line + "\n" }
         return out

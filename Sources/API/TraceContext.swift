@@ -7,7 +7,7 @@ public struct TraceContext: Sendable, Equatable {
     public let traceID: String
     /// This service's span: 16 lowercase hex digits.
     public let spanID: String
-    /// The caller's flags (`01`: sampled), `00` for a trace made here.
+    /// `01` when the caller sampled the trace, else `00`: only the flag this version defines is passed on.
     public let flags: String
 
     /// The `traceparent` this span sends on and answers with.
@@ -37,6 +37,8 @@ public struct TraceContext: Sendable, Equatable {
         let trace = String(decoding: bytes[3..<35], as: UTF8.self)
         let parent = String(decoding: bytes[36..<52], as: UTF8.self)
         guard trace != String(repeating: "0", count: 32), parent != String(repeating: "0", count: 16) else { return nil }
-        return TraceContext(traceID: trace, spanID: RequestIDs.next(), flags: String(decoding: bytes[53..<55], as: UTF8.self))
+        let sampled = (bytes[54] == 0x31 || bytes[54] == 0x33 || bytes[54] == 0x35 || bytes[54] == 0x37
+            || bytes[54] == 0x39 || bytes[54] == 0x62 || bytes[54] == 0x64 || bytes[54] == 0x66)
+        return TraceContext(traceID: trace, spanID: RequestIDs.next(), flags: sampled ? "01" : "00")
     }
 }

@@ -71,7 +71,7 @@ enum TokenRegistryCommand {
             FileHandle.standardError.write(Data("error: \(error.description)\n".utf8))
             return 2
         } catch let error as RegistryError {
-            FileHandle.standardError.write(Data("error: \(error.message)\n".utf8))
+            FileHandle.standardError.write(Data("error: \(oneLine(error.message))\n".utf8))
             return 1
         } catch {
             FileHandle.standardError.write(Data("error: \(oneLine(error))\n".utf8))
@@ -82,12 +82,13 @@ enum TokenRegistryCommand {
     /// Any failure as one line: a Foundation error by its description (never its `Error Domain=…` dump), line breaks
     /// folded, at most 1000 characters.
     static func oneLine(_ error: any Error) -> String {
-        let text: String
         if error is CocoaError || type(of: error) is NSError.Type {
-            text = (error as NSError).localizedDescription
-        } else {
-            text = String(describing: error)
+            return oneLine((error as NSError).localizedDescription)
         }
+        return oneLine(String(describing: error))
+    }
+
+    static func oneLine(_ text: String) -> String {
         let folded = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
             .joined(separator: " ")
         return String(folded.prefix(1000))

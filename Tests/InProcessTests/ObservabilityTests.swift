@@ -15,6 +15,9 @@ struct ObservabilityTests {
         #expect(kept.traceID == "4bf92f3577b34da6a3ce929d0e0e4736" && kept.flags == "01")
         #expect(kept.spanID != "00f067aa0ba902b7" && kept.spanID.count == 16)
         #expect(kept.header == "00-4bf92f3577b34da6a3ce929d0e0e4736-\(kept.spanID)-01")
+        // Only the sampled flag is passed on.
+        #expect(TraceContext.of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03").flags == "01")
+        #expect(TraceContext.of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-fe").flags == "00")
         // A later version: its first fields, when what follows starts with a dash.
         #expect(TraceContext.of("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes-next").traceID
             == "4bf92f3577b34da6a3ce929d0e0e4736")

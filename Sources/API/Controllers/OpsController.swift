@@ -67,12 +67,12 @@ struct OpsController: Sendable {
 
     func metricsText(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         var extra = serverGauges()
-        let unready = await health.unreadiness()
-        extra += PrometheusText.ready(!draining() && unready == nil)
         extra += PrometheusText.storeStatistics(health.statistics)
         // Read from the database, so every replica (and a `jobs run` process) reports the same; skipped while it is down.
         extra += await gauges.lines {
-            var lines: [String] = []
+            // Readiness in the same shared round: scrapes within a few seconds ask the database once.
+            let unready = await health.unreadiness()
+            var lines = PrometheusText.ready(!draining() && unready == nil)
             if let gauges = try? await jobs.gauges() { lines += PrometheusText.registryGauges(gauges) }
             if let skew = try? await jobs.clock.skew() { lines += PrometheusText.clockSkew(skew) }
             return lines
