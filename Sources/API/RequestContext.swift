@@ -103,6 +103,15 @@ public struct FieldReader {
         return FieldReader(value, path: name(key))
     }
 
+    /// A whole-number member within `range`; nil when absent or null.
+    public func integer(_ key: String, in range: ClosedRange<Int>) throws -> Int? {
+        guard let value = object[key], !value.isNull else { return nil }
+        guard let n = value.int64Value, let int = Int(exactly: n), range.contains(int) else {
+            throw APIError.invalid("\(name(key)): must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return int
+    }
+
     public func array(_ key: String, required: Bool = false, maxCount: Int) throws -> [JSONValue]? {
         guard let value = object[key], !value.isNull else {
             if required { throw APIError.invalid("\(name(key)): required field is missing") }

@@ -37,8 +37,8 @@ public struct TraceContext: Sendable, Equatable {
         let trace = String(decoding: bytes[3..<35], as: UTF8.self)
         let parent = String(decoding: bytes[36..<52], as: UTF8.self)
         guard trace != String(repeating: "0", count: 32), parent != String(repeating: "0", count: 16) else { return nil }
-        let sampled = (bytes[54] == 0x31 || bytes[54] == 0x33 || bytes[54] == 0x35 || bytes[54] == 0x37
-            || bytes[54] == 0x39 || bytes[54] == 0x62 || bytes[54] == 0x64 || bytes[54] == 0x66)
-        return TraceContext(traceID: trace, spanID: RequestIDs.next(), flags: sampled ? "01" : "00")
+        // The sampled flag is the low bit of the flags' last hex digit.
+        let last = bytes[54] <= 0x39 ? bytes[54] - 0x30 : bytes[54] - 0x61 + 10
+        return TraceContext(traceID: trace, spanID: RequestIDs.next(), flags: last & 1 == 1 ? "01" : "00")
     }
 }

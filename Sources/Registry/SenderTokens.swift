@@ -77,16 +77,17 @@ extension RegistrationService {
     /// Deletes what `audience` names of the installation's tokens; the tokens deleted.
     public func delete(installation: Installation, _ audience: TokenAudience) async throws -> [String] {
         let (project, fid) = (installation.projectID, installation.fid)
-        switch audience {
-        case .project:
+        /// The installation's own registration: its token, when there was one to delete.
+        func deleteOwn() async throws -> [String] {
             let current = try await store.find(projectID: project, fid: fid)
             return try await store.delete(projectID: project, fid: fid) ? current.map { [$0.token] } ?? [] : []
+        }
+        switch audience {
+        case .project: return try await deleteOwn()
         case let .sender(sender, scope):
             return try await store.deleteSenderTokens(projectID: project, fid: fid, only: (sender, scope))
         case .everything:
-            let current = try await store.find(projectID: project, fid: fid)
-            let own = try await store.delete(projectID: project, fid: fid) ? current.map { [$0.token] } ?? [] : []
-            return own + (try await store.deleteSenderTokens(projectID: project, fid: fid, only: nil))
+            return try await deleteOwn() + (try await store.deleteSenderTokens(projectID: project, fid: fid, only: nil))
         }
     }
 }

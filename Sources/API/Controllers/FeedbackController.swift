@@ -110,17 +110,17 @@ struct FeedbackController: Sendable {
             return FeedbackResult(token: token, outcome: FeedbackClassifier.fcm(fcm))
         case "apns":
             let apns = try reader.object("apns")!
-            let status = try integer(apns, "status", in: 100...599)
+            let status = try apns.integer("status", in: 100...599)
             let reason = try apns.text("reason", maxBytes: 64)
             guard status != nil || reason != nil else {
                 throw APIError.invalid("\(path).apns: status or reason is required")
             }
-            let timestamp = try integer(apns, "timestamp", in: 0...(1 << 50))
+            let timestamp = try apns.integer("timestamp", in: 0...(1 << 50))
             return FeedbackResult(
                 token: token, outcome: FeedbackClassifier.apns(status: status, reason: reason, timestamp: timestamp.map(Int64.init)))
         case "webpush":
             let webpush = try reader.object("webpush")!
-            guard let status = try integer(webpush, "status", in: 100...599) else {
+            guard let status = try webpush.integer("status", in: 100...599) else {
                 throw APIError.invalid("\(path).webpush.status: required field is missing")
             }
             return FeedbackResult(token: token, outcome: FeedbackClassifier.webpush(status: status))
@@ -148,15 +148,6 @@ struct FeedbackController: Sendable {
                 "\(path.isEmpty ? "" : path + ".")type/platform: failed-push or succeeded-push, for ios or android")
         }
         return FeedbackResult(token: token, outcome: outcome)
-    }
-
-    /// A whole number within `range`; nil when absent or null.
-    static func integer(_ reader: FieldReader, _ key: String, in range: ClosedRange<Int>) throws -> Int? {
-        guard let value = reader.object[key], !value.isNull else { return nil }
-        guard let n = value.int64Value, let int = Int(exactly: n), range.contains(int) else {
-            throw APIError.invalid("\(reader.name(key)): must be a whole number from \(range.lowerBound) to \(range.upperBound)")
-        }
-        return int
     }
 
     // MARK: - Report and breakers
