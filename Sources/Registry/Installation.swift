@@ -59,6 +59,20 @@ public struct DeletionRequest: Sendable {
     public let idleBefore: Date?
     /// The W3C `traceparent` of the request that asked for it, passed on in its notices (nil for the jobs' own).
     public var traceparent: String? = nil
+
+    public init(
+        projectID: String, fid: String, fidHash: [UInt8], reason: DeletionReason, requestedAt: Date, deadline: Date,
+        idleBefore: Date?, traceparent: String? = nil
+    ) {
+        self.projectID = projectID
+        self.fid = fid
+        self.fidHash = fidHash
+        self.reason = reason
+        self.requestedAt = requestedAt
+        self.deadline = deadline
+        self.idleBefore = idleBefore
+        self.traceparent = traceparent
+    }
 }
 
 /// Why an installation was deleted.
@@ -69,6 +83,8 @@ public enum DeletionReason: String, Sendable {
     case server
     /// It was idle longer than the expiry period.
     case inactivity
+    /// The person it was bound to was erased (``ErasureService``).
+    case erasure
 
     /// Everything of a deleted FID is gone this long after the request (Firebase's promise: 180 days).
     public static let deadline: TimeInterval = 180 * 86_400

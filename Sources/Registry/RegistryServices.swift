@@ -1,3 +1,5 @@
+import Foundation
+
 /// The domain's services, wired to one set of stores. Built once by the composition root; unit tests build the
 /// same wiring on in-memory stores.
 public struct RegistryServices: Sendable {
@@ -13,6 +15,10 @@ public struct RegistryServices: Sendable {
     public let serviceAccounts: ServiceAccountService
     public let checkins: CheckinService
     public let feedback: FeedbackService
+    public let users: UserService
+    public let erasures: ErasureService
+    public let exports: ExportService
+    public let audit: AuditService
     public let jobs: Jobs
     public let health: any StoreHealth
     public let clock: any WallClock
@@ -27,6 +33,7 @@ public struct RegistryServices: Sendable {
     public static func make(
         stores: RegistryStores, reads: RegistryStores? = nil, clock: any WallClock, freshness: Freshness = Freshness(),
         policy: DeletionPolicy = DeletionPolicy(), feedbackPolicy: FeedbackPolicy = FeedbackPolicy(),
+        userPolicy: UserPolicy = UserPolicy(), auditRetention: TimeInterval = 400 * 86_400,
         transport: any DeliveryTransport, resolver: any HostResolver, jobTime: JobClock.Source = .database
     ) async throws -> RegistryServices {
         let tokens = TokenIssuer(store: stores.signingKeys, clock: clock)
@@ -38,16 +45,16 @@ public struct RegistryServices: Sendable {
         return RegistryServices(
             stores: stores, reads: reads ?? stores, tokens: tokens, fidHasher: fidHasher,
             serviceAccounts: serviceAccounts, clock: clock,
-            freshness: freshness, policy: policy, feedbackPolicy: feedbackPolicy, transport: transport,
-            resolver: resolver, jobTime: jobTime)
+            freshness: freshness, policy: policy, feedbackPolicy: feedbackPolicy, userPolicy: userPolicy,
+            auditRetention: auditRetention, transport: transport, resolver: resolver, jobTime: jobTime)
     }
 
     private init(
         stores: RegistryStores, reads: RegistryStores, tokens: TokenIssuer, fidHasher: FIDHasher,
         serviceAccounts: ServiceAccountService,
         clock: any WallClock, freshness: Freshness,
-        policy: DeletionPolicy, feedbackPolicy: FeedbackPolicy, transport: any DeliveryTransport,
-        resolver: any HostResolver, jobTime: JobClock.Source
+        policy: DeletionPolicy, feedbackPolicy: FeedbackPolicy, userPolicy: UserPolicy, auditRetention: TimeInterval,
+        transport: any DeliveryTransport, resolver: any HostResolver, jobTime: JobClock.Source
     ) {
         self.tokens = tokens
         self.serviceAccounts = serviceAccounts
@@ -74,9 +81,17 @@ public struct RegistryServices: Sendable {
         feed = ChangeFeed(store: reads.feed)
         checkins = CheckinService(store: stores.checkins, clock: clock)
         feedback = FeedbackService(store: stores.feedback, clock: clock, policy: feedbackPolicy)
+        users = UserService(
+            store: stores.users, installations: installations, clock: clock, policy: userPolicy, hasher: fidHasher)
+        erasures = ErasureService(store: stores.erasures, users: users, clock: clock, fidHasher: fidHasher)
+        exports = ExportService(
+            subjects: stores.subjects, installations: installations, registrations: registrations, consent: consent,
+            topics: topics, users: users, erasures: erasures, deletions: deletions)
+        audit = AuditService(store: stores.audit, clock: clock, hasher: fidHasher, retention: auditRetention)
         jobs = Jobs(
             installations: installations, installationStore: stores.installations, deliveries: stores.deliveries,
             maintenance: stores.maintenance, feed: stores.feed, transport: transport, policy: policy,
-            freshness: freshness, time: jobTime, replicaClock: clock, checkins: checkins, feedback: feedback)
+            freshness: freshness, time: jobTime, replicaClock: clock, checkins: checkins, feedback: feedback,
+            audit: audit)
     }
 }

@@ -16,6 +16,10 @@ public struct RegistryStores: Sendable {
     public var serviceAccounts: any ServiceAccountStore
     public var checkins: any CheckinStore
     public var feedback: any FeedbackStore
+    public var users: any UserStore
+    public var erasures: any ErasureStore
+    public var subjects: any SubjectStore
+    public var audit: any AuditStore
     public var health: any StoreHealth
 
     public init(
@@ -24,6 +28,7 @@ public struct RegistryStores: Sendable {
         deletions: any DeletionStore, deliveries: any DeliveryStore, maintenance: any MaintenanceStore,
         feed: any ChangeFeedStore, signingKeys: any SigningKeyStore, secrets: any SecretStore,
         serviceAccounts: any ServiceAccountStore, checkins: any CheckinStore, feedback: any FeedbackStore,
+        users: any UserStore, erasures: any ErasureStore, subjects: any SubjectStore, audit: any AuditStore,
         health: any StoreHealth
     ) {
         self.catalog = catalog
@@ -41,6 +46,10 @@ public struct RegistryStores: Sendable {
         self.serviceAccounts = serviceAccounts
         self.checkins = checkins
         self.feedback = feedback
+        self.users = users
+        self.erasures = erasures
+        self.subjects = subjects
+        self.audit = audit
         self.health = health
     }
 }

@@ -10,6 +10,10 @@ public enum EventType: String, Sendable, CaseIterable {
     case registrationDisabled = "registration.disabled"
     case registrationExpired = "registration.expired"
     case consentChanged = "consent.changed"
+    /// An installation was bound to a user, moved to another, or unbound (logout, or displaced under the user's cap).
+    case userBound = "user.bound"
+    case userMoved = "user.moved"
+    case userUnbound = "user.unbound"
     /// Send feedback retired the registration's token (data: `reason`, `class`, `channel`).
     case registrationInvalidated = "registration.invalidated"
     /// Send feedback marked the token as maybe dead, or the breaker held its retirement back (data as above).

@@ -158,10 +158,17 @@ struct PostgresDeletionStore: DeletionStore {
         return Array((records + purged).sorted { $0.id < $1.id }.prefix(limit))
     }
 
-    private func live(_ row: PostgresRow) async throws -> DeletionRecord {
+    func live(_ row: PostgresRow) async throws -> DeletionRecord {
+        try await Self.live(row, query: db.query)
+    }
+
+    /// A live record with its deliveries, read through `query` (the pool's, or a transaction's connection's).
+    static func live(_ row: PostgresRow, query: (PostgresQuery) async throws -> PostgresRows) async throws
+        -> DeletionRecord
+    {
         let id: Int64 = try row.require("id")
         // An acknowledged delivery carries the re-key it was acknowledged after; an open one the service's latest.
-        let deliveries = try await db.query(
+        let deliveries = try await query(
             """
             SELECT d.*, CASE WHEN d.acknowledged_at IS NULL THEN ls.rekeyed_by_project_at
                 ELSE d.rekeyed_by_project_at END AS rekeyed
@@ -182,7 +189,7 @@ struct PostgresDeletionStore: DeletionStore {
             services: deliveries)
     }
 
-    private static func purged(_ row: PostgresRow) throws -> DeletionRecord {
+    static func purged(_ row: PostgresRow) throws -> DeletionRecord {
         let services = (try row.require("services", as: String.self)).trimmingCharacters(
             in: CharacterSet(charactersIn: "{}")
         ).split(separator: ",").map {

@@ -75,44 +75,51 @@ struct PostgresInstallationStore: InstallationStore {
     /// is retired (as a keyed hash), a deletion record with its 180-day deadline is written, one delivery per
     /// linked service is queued, and an event is appended. With no linked service the record is complete at once.
     func delete(_ d: DeletionRequest) async throws -> Bool {
-        try await db.transaction { c in
-            let deleted = try await c.query(
-                """
-                DELETE FROM installations WHERE project_id = \(d.projectID) AND fid = \(d.fid)
-                AND (\(d.idleBefore)::timestamptz IS NULL OR last_seen_at < \(d.idleBefore)::timestamptz)
-                """)
-            guard deleted.affectedRows == 1 else { return false }
-            try await c.query("DELETE FROM consent_events WHERE project_id = \(d.projectID) AND fid = \(d.fid)")
-            try await c.query(
-                """
-                INSERT INTO retired_fids (project_id, fid_hmac, retired_at) VALUES (\(d.projectID), \(ByteA(d.fidHash)), \(d.requestedAt))
-                ON CONFLICT DO NOTHING
-                """)
-            // The completion is decided in the insert itself: a later statement of the same CTE could not see
-            // the row the insert made.
-            try await c.query(
-                """
-                WITH deletion AS (
-                    INSERT INTO deletions (project_id, fid, fid_hmac, reason, requested_at, deadline, traceparent, completed_at)
-                    VALUES (\(d.projectID), \(d.fid), \(ByteA(d.fidHash)), \(d.reason.rawValue), \(d.requestedAt), \(d.deadline),
-                        \(d.traceparent),
-                        CASE WHEN EXISTS (SELECT 1 FROM linked_services WHERE project_id = \(d.projectID))
-                             THEN NULL ELSE \(d.requestedAt)::timestamptz END)
-                    ON CONFLICT (project_id, fid) DO UPDATE SET requested_at = deletions.requested_at
-                    RETURNING id
-                )
+        try await db.transaction { c in try await Self.delete(d, on: c) != nil }
+    }
+
+    /// The deletion's statements in `c`'s transaction (a person's erasure runs one per installation in its own).
+    ///
+    /// - Returns: the deletion record's id; nil when there was no such installation (or it was not idle).
+    static func delete(_ d: DeletionRequest, on c: PostgresConnection) async throws -> Int64? {
+        let deleted = try await c.query(
+            """
+            DELETE FROM installations WHERE project_id = \(d.projectID) AND fid = \(d.fid)
+            AND (\(d.idleBefore)::timestamptz IS NULL OR last_seen_at < \(d.idleBefore)::timestamptz)
+            """)
+        guard deleted.affectedRows == 1 else { return nil }
+        try await c.query("DELETE FROM consent_events WHERE project_id = \(d.projectID) AND fid = \(d.fid)")
+        try await c.query(
+            """
+            INSERT INTO retired_fids (project_id, fid_hmac, retired_at) VALUES (\(d.projectID), \(ByteA(d.fidHash)), \(d.requestedAt))
+            ON CONFLICT DO NOTHING
+            """)
+        // The completion is decided in the insert itself: a later statement of the same CTE could not see
+        // the row the insert made.
+        let record = try await c.query(
+            """
+            WITH deletion AS (
+                INSERT INTO deletions (project_id, fid, fid_hmac, reason, requested_at, deadline, traceparent, completed_at)
+                VALUES (\(d.projectID), \(d.fid), \(ByteA(d.fidHash)), \(d.reason.rawValue), \(d.requestedAt), \(d.deadline),
+                    \(d.traceparent),
+                    CASE WHEN EXISTS (SELECT 1 FROM linked_services WHERE project_id = \(d.projectID))
+                         THEN NULL ELSE \(d.requestedAt)::timestamptz END)
+                ON CONFLICT (project_id, fid) DO UPDATE SET requested_at = deletions.requested_at
+                RETURNING id
+            ), deliveries AS (
                 INSERT INTO deletion_deliveries (deletion_id, project_id, service, delivery_id, next_attempt_at)
                 SELECT deletion.id, ls.project_id, ls.name, gen_random_uuid()::text,
                     \(d.requestedAt)
                 FROM deletion, linked_services ls WHERE ls.project_id = \(d.projectID)
                 ON CONFLICT DO NOTHING
-                """)
-            try await Outbox.append(
-                .installationDeleted, projectID: d.projectID, fid: d.fid,
-                payload: ["reason": .string(d.reason.rawValue)],
-                on: c)
-            return true
-        }
+            )
+            SELECT id FROM deletion
+            """)
+        try await Outbox.append(
+            .installationDeleted, projectID: d.projectID, fid: d.fid,
+            payload: ["reason": .string(d.reason.rawValue)],
+            on: c)
+        return try record.first?.require("id")
     }
 
     func existing(projectID: String, fids: [String]) async throws -> Set<String> {

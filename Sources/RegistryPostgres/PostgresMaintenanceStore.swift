@@ -23,18 +23,52 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 WHERE del.deadline <= \(now) GROUP BY del.id
                 ON CONFLICT DO NOTHING
                 """)
+            // A person's receipt outlives the deletion records it was made of: each one's outcome is copied to it.
+            try await c.query(
+                """
+                UPDATE erasure_members m SET
+                    purged_state = CASE WHEN del.completed_at IS NOT NULL THEN 'done' ELSE 'overdue' END,
+                    completed_at = del.completed_at,
+                    services = (SELECT coalesce(jsonb_agg(jsonb_build_object('service', d.service, 'state', d.state,
+                            'attempts', d.attempts, 'acknowledgedAt', extract(epoch FROM d.acknowledged_at))
+                            ORDER BY d.service), '[]'::jsonb)::text
+                        FROM deletion_deliveries d WHERE d.deletion_id = del.id)
+                FROM deletions del WHERE m.deletion_id = del.id AND (del.deadline <= \(now)
+                   OR (del.completed_at IS NOT NULL AND del.completed_at <= \(completedBefore)))
+                """)
             let purged = try await c.query(
                 """
                 DELETE FROM deletions WHERE deadline <= \(now)
                    OR (completed_at IS NOT NULL AND completed_at <= \(completedBefore))
-                RETURNING project_id, fid
+                RETURNING project_id, fid, fid_hmac
                 """)
             for row in purged {
                 let project: String = try row.require("project_id")
                 let fid: String = try row.require("fid")
                 try await c.query("DELETE FROM events WHERE project_id = \(project) AND fid = \(fid)")
                 try await c.query("DELETE FROM event_outbox WHERE project_id = \(project) AND fid = \(fid)")
+                // The audit log keeps the entry and its keyed hash; the FID in clear goes.
+                try await c.query(
+                    """
+                    UPDATE audit_log SET target = NULL WHERE project_id = \(project) AND subject
+                      AND target_digest = \(try row.require("fid_hmac", as: ByteA.self)) AND target IS NOT NULL
+                    """)
             }
+            // A person whose erasure has no deletion record left leaves the audit log's clear text too.
+            try await c.query(
+                """
+                WITH due AS (
+                    SELECT e.project_id, e.erasure_id, e.user_hmac FROM erasures e WHERE e.scrubbed_at IS NULL
+                      AND NOT EXISTS (SELECT 1 FROM erasure_members m JOIN deletions d ON d.id = m.deletion_id
+                          WHERE m.project_id = e.project_id AND m.erasure_id = e.erasure_id)
+                ), scrubbed AS (
+                    UPDATE audit_log a SET target = NULL FROM due
+                    WHERE a.project_id = due.project_id AND a.subject AND a.target_digest = due.user_hmac
+                      AND a.target IS NOT NULL
+                )
+                UPDATE erasures e SET scrubbed_at = \(now) FROM due
+                WHERE e.project_id = due.project_id AND e.erasure_id = due.erasure_id
+                """)
             try await Self.dropEvents(before: eventsBefore, on: c)
             // The completions counted since the last round (migration 15) join the count, this purge's included.
             try await c.query(

@@ -44,7 +44,9 @@ public enum PostgresRegistry {
             maintenance: PostgresMaintenanceStore(db: db), feed: PostgresChangeFeedStore(db: db),
             signingKeys: PostgresSigningKeyStore(db: db), secrets: PostgresSecretStore(db: db),
             serviceAccounts: PostgresServiceAccountStore(db: db), checkins: PostgresCheckinStore(db: db),
-            feedback: PostgresFeedbackStore(db: db), health: health)
+            feedback: PostgresFeedbackStore(db: db), users: PostgresUserStore(db: db),
+            erasures: PostgresErasureStore(db: db), subjects: PostgresUserStore(db: db),
+            audit: PostgresAuditStore(db: db), health: health)
     }
 }
 

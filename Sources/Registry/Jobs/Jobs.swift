@@ -29,12 +29,13 @@ public struct Jobs: Sendable {
     let checkins: CheckinService?
     let freshness: Freshness
     let feedback: FeedbackService?
+    let audit: AuditService?
 
     public init(
         installations: InstallationService, installationStore: any InstallationStore, deliveries: any DeliveryStore,
         maintenance: any MaintenanceStore, feed: any ChangeFeedStore, transport: any DeliveryTransport,
         policy: DeletionPolicy, freshness: Freshness, time: JobClock.Source, replicaClock: any WallClock = SystemClock(),
-        checkins: CheckinService? = nil, feedback: FeedbackService? = nil
+        checkins: CheckinService? = nil, feedback: FeedbackService? = nil, audit: AuditService? = nil
     ) {
         let clock = JobClock(time, store: maintenance, replica: replicaClock)
         delivery = DeliveryJob(store: deliveries, transport: transport, policy: policy, clock: clock)
@@ -47,6 +48,7 @@ public struct Jobs: Sendable {
         self.checkins = checkins
         self.freshness = freshness
         self.feedback = feedback
+        self.audit = audit
     }
 
     /// Runs every job once, in dependency order (expiry creates deliveries, deliveries complete deletions, purge
@@ -88,6 +90,10 @@ public struct Jobs: Sendable {
         }
         if let feedback {
             await step("purge-retired", runs: destructive) { (try await feedback.purge(now: try await clock.now()), 0) }
+        }
+        if let audit {
+            await step("audit-chain") { (try await audit.chain(), 0) }
+            await step("audit-purge", runs: destructive) { (try await audit.purge(now: try await clock.now()), 0) }
         }
         await step("relay") { (try await relayEvents(), 0) }
         return report

@@ -194,6 +194,7 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
                             })
                     ))
             }
+            purging(deletion, at: now)
             deletions[id] = nil
             feed.removeAll { $0.projectID == deletion.projectID && $0.event.fid == deletion.fid }
             outbox.removeAll { $0.projectID == deletion.projectID && $0.fid == deletion.fid }
@@ -201,6 +202,7 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
         }
         // As on PostgreSQL: the events before the first one at or after `eventsBefore`, in feed order.
         feed.removeSubrange(..<(feed.firstIndex { $0.event.time >= eventsBefore } ?? feed.endIndex))
+        scrubErasedUsers()
         return count
     }
 

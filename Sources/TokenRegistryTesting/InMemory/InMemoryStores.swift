@@ -84,6 +84,13 @@ public actor InMemoryStores {
     var feedbackStats: [StatKey: Int] = [:]
     var breakers: [BreakerKey: BreakerState] = [:]
     var jobRuns: [String: RegistryGauges.JobRun] = [:]
+    /// People (``UserStore``, ``ErasureStore``) and the audit log (``AuditStore``): InMemoryStores+People.swift.
+    var userBindings: [Key: (binding: UserBinding, userHash: [UInt8])] = [:]
+    var bindingHistory: [(projectID: String, event: BindingEvent)] = []
+    var erasures: [String: StoredErasure] = [:]
+    var auditPending: [AuditRecord] = []
+    var auditLog: [String: [AuditEntry]] = [:]
+    var auditChains: [String: (anchorSeq: Int64, anchorHash: [UInt8], headSeq: Int64, headHash: [UInt8])] = [:]
     var counters: [String: RegistryGauges.ServiceCounters] = [:]
     var sequence: Int64 = 0
     /// The domain clock, for what the stores stamp themselves (feed times).
@@ -96,7 +103,8 @@ public actor InMemoryStores {
         RegistryStores(
             catalog: self, installations: self, consent: self, registrations: self, topics: self, targeting: self,
             deletions: self, deliveries: self, maintenance: self, feed: self, signingKeys: self, secrets: self,
-            serviceAccounts: self, checkins: self, feedback: self, health: self)
+            serviceAccounts: self, checkins: self, feedback: self, users: self, erasures: self, subjects: self,
+            audit: self, health: self)
     }
 
     func next() -> Int64 {
@@ -144,11 +152,16 @@ extension InMemoryStores: InstallationStore, SecretStore {
             sdkVersion: i.sdkVersion, createdAt: i.createdAt, lastSeenAt: at)
     }
 
-    public func delete(_ d: DeletionRequest) async throws -> Bool {
+    public func delete(_ d: DeletionRequest) async throws -> Bool { deleteInstallation(d) != nil }
+
+    /// The deletion; the record's id, nil when there was no such installation (or it was not idle).
+    func deleteInstallation(_ d: DeletionRequest) -> Int64? {
         let key = Key(projectID: d.projectID, fid: d.fid)
-        guard let installation = installations[key] else { return false }
-        if let idleBefore = d.idleBefore, installation.lastSeenAt >= idleBefore { return false }
+        guard let installation = installations[key] else { return nil }
+        if let idleBefore = d.idleBefore, installation.lastSeenAt >= idleBefore { return nil }
         installations[key] = nil
+        userBindings[key] = nil
+        bindingHistory.removeAll { $0.projectID == d.projectID && $0.event.fid == d.fid }
         consents[key] = nil
         ledger[key] = nil
         registrations[key] = nil
@@ -164,7 +177,7 @@ extension InMemoryStores: InstallationStore, SecretStore {
                 Delivery(state: .pending, nextAttemptAt: d.requestedAt, deliveryID: UUID().uuidString)
             }, traceparent: d.traceparent)
         emit(.installationDeleted, d.projectID, d.fid, ["reason": .string(d.reason.rawValue)])
-        return true
+        return id
     }
 
     public func isRetired(projectID: String, fidHash: [UInt8]) async throws -> Bool { retired.contains(fidHash) }

@@ -1,0 +1,245 @@
+import Foundation
+import JSON
+import Postgres
+import Registry
+
+/// ``UserStore`` and ``SubjectStore`` on PostgreSQL: `user_bindings` and `user_binding_history` (migration 23).
+///
+/// Locks, always in this order: the users' (``lockUsers(_:projectID:on:)``, sorted), then the installation's row. A
+/// bind takes the lock of the user it leaves and of the one it joins, an unbind the one it leaves, an erasure the
+/// user's: so a login, a logout and an erasure of one person queue behind each other, and none deletes or moves an
+/// installation another has just moved.
+struct PostgresUserStore: UserStore, SubjectStore {
+    let db: Database
+
+    /// The advisory lock class of users (two-key form: it shares no key with the jobs' one-key locks).
+    static let lockClass = 7_627_861
+
+    /// Takes the transaction-scoped locks of `users`, in one order.
+    static func lockUsers(_ users: Set<String>, projectID: String, on c: PostgresConnection) async throws {
+        for user in users.sorted() {
+            try await c.query(
+                "SELECT pg_advisory_xact_lock(\(lockClass), hashtext(\(projectID) || E'\\n' || \(user)))::text AS locked")
+        }
+    }
+
+    private enum Attempt: Sendable {
+        case done(BindResult?)
+        case raced
+    }
+
+    func bind(_ r: BindingRequest) async throws -> BindResult? {
+        // The user the installation leaves is read before its lock is taken; if another bind moved it meanwhile, the
+        // transaction ends and runs again with the new one.
+        for _ in 0..<8 {
+            let attempt: Attempt = try await db.transaction { c in
+                let before = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)?.userID
+                try await Self.lockUsers(Set([r.userID] + (before.map { [$0] } ?? [])), projectID: r.projectID, on: c)
+                let installation = try await c.query(
+                    "SELECT 1 FROM installations WHERE project_id = \(r.projectID) AND fid = \(r.fid) FOR NO KEY UPDATE")
+                guard !installation.isEmpty else { return .done(nil) }
+                let current = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)
+                guard current?.userID == before else { return .raced }
+                if let current, current.userID == r.userID {
+                    return .done(BindResult(binding: current, change: .unchanged, displaced: []))
+                }
+                let displaced = try await makeRoom(r, on: c)
+                let previous = try await c.query(
+                    "SELECT user_hmac FROM user_bindings WHERE project_id = \(r.projectID) AND fid = \(r.fid)"
+                ).first.map { try $0.require("user_hmac", as: ByteA.self) }
+                try await c.query(
+                    """
+                    INSERT INTO user_bindings (project_id, fid, user_id, user_hmac, bound_at)
+                    VALUES (\(r.projectID), \(r.fid), \(r.userID), \(ByteA(r.userHash)), \(r.at))
+                    ON CONFLICT (project_id, fid) DO UPDATE SET user_id = excluded.user_id,
+                        user_hmac = excluded.user_hmac, bound_at = excluded.bound_at
+                    """)
+                let action: BindingAction = current == nil ? .bound : .moved
+                try await Self.record(
+                    action, projectID: r.projectID, fid: r.fid, userID: r.userID, userHash: ByteA(r.userHash),
+                    previous: current.map { ($0.userID, previous) }, at: r.at, on: c)
+                var payload: [(String, JSONValue)] = [("userId", .string(r.userID))]
+                if let current { payload.append(("previousUserId", .string(current.userID))) }
+                try await Outbox.append(
+                    current == nil ? .userBound : .userMoved, projectID: r.projectID, fid: r.fid,
+                    payload: .object(payload), on: c)
+                let binding = UserBinding(fid: r.fid, userID: r.userID, boundAt: r.at)
+                return .done(
+                    BindResult(
+                        binding: binding, change: current.map { .moved(from: $0.userID) } ?? .bound,
+                        displaced: displaced))
+            }
+            if case let .done(result) = attempt { return result }
+        }
+        throw RegistryError(.unavailable, "the installation's user kept changing; try again")
+    }
+
+    /// Applies the user's cap, under the user's lock: refuses, or unbinds the least recently seen installations.
+    private func makeRoom(_ r: BindingRequest, on c: PostgresConnection) async throws -> [String] {
+        let count: Int =
+            try await c.query(
+                "SELECT count(*)::int AS n FROM user_bindings WHERE project_id = \(r.projectID) AND user_id = \(r.userID)"
+            ).first?.require("n") ?? 0
+        let limit = r.policy.maxInstallationsPerUser
+        guard count >= limit else { return [] }
+        guard r.policy.overflow == .unbindLeastRecentlySeen else {
+            throw RegistryError(
+                .resourceExhausted, "userId: the user has \(limit) installations bound, the most a user may have",
+                field: "userId")
+        }
+        let victims = try await c.query(
+            """
+            DELETE FROM user_bindings ub WHERE (ub.project_id, ub.fid) IN (
+                SELECT b.project_id, b.fid FROM user_bindings b JOIN installations i USING (project_id, fid)
+                WHERE b.project_id = \(r.projectID) AND b.user_id = \(r.userID)
+                ORDER BY i.last_seen_at, b.fid LIMIT \(count - limit + 1))
+            RETURNING ub.fid, ub.user_hmac
+            """)
+        var fids: [String] = []
+        for row in victims {
+            let fid: String = try row.require("fid")
+            try await Self.record(
+                .displaced, projectID: r.projectID, fid: fid, userID: r.userID,
+                userHash: try row.require("user_hmac", as: ByteA.self), previous: nil, at: r.at, on: c)
+            try await Outbox.append(
+                .userUnbound, projectID: r.projectID, fid: fid,
+                payload: ["userId": .string(r.userID), "reason": "displaced"], on: c)
+            fids.append(fid)
+        }
+        return fids.sorted()
+    }
+
+    static func current(projectID: String, fid: String, on c: PostgresConnection) async throws -> UserBinding? {
+        try await c.query(
+            "SELECT fid, user_id, bound_at FROM user_bindings WHERE project_id = \(projectID) AND fid = \(fid)"
+        ).first.map(Self.binding)
+    }
+
+    static func binding(_ row: PostgresRow) throws -> UserBinding {
+        UserBinding(fid: try row.require("fid"), userID: try row.require("user_id"), boundAt: try row.require("bound_at"))
+    }
+
+    static func record(
+        _ action: BindingAction, projectID: String, fid: String, userID: String, userHash: ByteA,
+        previous: (userID: String, hash: ByteA?)?, at: Date, on c: PostgresConnection
+    ) async throws {
+        try await c.query(
+            """
+            INSERT INTO user_binding_history (project_id, fid, action, user_id, user_hmac, previous_user_id,
+                previous_user_hmac, at)
+            VALUES (\(projectID), \(fid), \(action.rawValue), \(userID), \(userHash), \(previous?.userID),
+                \(previous?.hash), \(at))
+            """)
+    }
+
+    func unbind(projectID: String, fid: String, at: Date) async throws -> UserBinding? {
+        for _ in 0..<8 {
+            let attempt: (UserBinding?, raced: Bool) = try await db.transaction { c in
+                guard let before = try await Self.current(projectID: projectID, fid: fid, on: c) else { return (nil, false) }
+                try await Self.lockUsers([before.userID], projectID: projectID, on: c)
+                let removed = try await c.query(
+                    """
+                    DELETE FROM user_bindings WHERE project_id = \(projectID) AND fid = \(fid) AND user_id = \(before.userID)
+                    RETURNING fid, user_id, user_hmac, bound_at
+                    """)
+                guard let row = removed.first else { return (nil, true) }
+                try await Self.record(
+                    .unbound, projectID: projectID, fid: fid, userID: before.userID,
+                    userHash: try row.require("user_hmac", as: ByteA.self), previous: nil, at: at, on: c)
+                try await Outbox.append(
+                    .userUnbound, projectID: projectID, fid: fid,
+                    payload: ["userId": .string(before.userID), "reason": "logout"], on: c)
+                return (try Self.binding(row), false)
+            }
+            if !attempt.raced { return attempt.0 }
+        }
+        throw RegistryError(.unavailable, "the installation's user kept changing; try again")
+    }
+
+    func binding(projectID: String, fid: String) async throws -> UserBinding? {
+        try await db.query(
+            "SELECT fid, user_id, bound_at FROM user_bindings WHERE project_id = \(projectID) AND fid = \(fid)"
+        ).first.map(Self.binding)
+    }
+
+    func bindings(projectID: String, userID: String) async throws -> [UserBinding] {
+        try await db.query(
+            """
+            SELECT fid, user_id, bound_at FROM user_bindings WHERE project_id = \(projectID) AND user_id = \(userID)
+            ORDER BY fid
+            """
+        ).map(Self.binding)
+    }
+
+    func bindings(projectID: String, userHash: [UInt8]) async throws -> [UserBinding] {
+        try await db.query(
+            """
+            SELECT fid, user_id, bound_at FROM user_bindings
+            WHERE project_id = \(projectID) AND user_hmac = \(ByteA(userHash)) ORDER BY fid
+            """
+        ).map(Self.binding)
+    }
+
+    func history(projectID: String, fid: String) async throws -> [BindingEvent] {
+        try await db.query(
+            "SELECT * FROM user_binding_history WHERE project_id = \(projectID) AND fid = \(fid) ORDER BY seq"
+        ).map { try Self.event($0, only: nil) }
+    }
+
+    func history(projectID: String, userHash: [UInt8]) async throws -> [BindingEvent] {
+        try await db.query(
+            """
+            SELECT * FROM user_binding_history WHERE project_id = \(projectID)
+              AND (user_hmac = \(ByteA(userHash)) OR previous_user_hmac = \(ByteA(userHash)))
+            ORDER BY seq
+            """
+        ).map { try Self.event($0, only: userHash) }
+    }
+
+    /// A history row; with `only`, the clear ID of any other user than that one is left out (a person's export never
+    /// names the user a shared device moved to or from).
+    static func event(_ row: PostgresRow, only: [UInt8]?) throws -> BindingEvent {
+        let userHash = try row.require("user_hmac", as: ByteA.self).bytes
+        let previousHash = try row.decode("previous_user_hmac", as: ByteA.self)?.bytes
+        let userID: String? = try row.decode("user_id")
+        let previousID: String? = try row.decode("previous_user_id")
+        return BindingEvent(
+            fid: try row.require("fid"), action: try row.require("action", as: BindingAction.self),
+            userID: only == nil || only == userHash ? userID : nil, userHash: userHash,
+            previousUserID: only == nil || only == previousHash ? previousID : nil, previousUserHash: previousHash,
+            at: try row.require("at"))
+    }
+
+    // MARK: - Subject reads
+
+    func senderTokens(projectID: String, fid: String) async throws -> [SenderTokenRecord] {
+        try await db.query(
+            """
+            SELECT sender, scope, token, created_at, refreshed_at FROM sender_tokens
+            WHERE project_id = \(projectID) AND fid = \(fid) ORDER BY sender, scope
+            """
+        ).map {
+            SenderTokenRecord(
+                sender: try $0.require("sender"), scope: try $0.require("scope"), token: try $0.require("token"),
+                createdAt: try $0.require("created_at"), refreshedAt: try $0.require("refreshed_at"))
+        }
+    }
+
+    func events(projectID: String, fid: String) async throws -> [FeedEvent] {
+        // Relayed events carry their feed number; those still in the outbox have none yet (0).
+        try await db.query(
+            """
+            SELECT seq, type, fid, data, created_at FROM events WHERE project_id = \(projectID) AND fid = \(fid)
+            UNION ALL
+            SELECT 0, type, fid, data, created_at FROM event_outbox WHERE project_id = \(projectID) AND fid = \(fid)
+            ORDER BY created_at, seq
+            """
+        ).map { row in
+            FeedEvent(
+                sequence: try row.require("seq"), type: try row.require("type", as: EventType.self),
+                fid: try row.require("fid"),
+                data: try row.decode("data", as: String.self).flatMap { try? JSONParser.parse(Array($0.utf8)) },
+                time: try row.require("created_at"))
+        }
+    }
+}
