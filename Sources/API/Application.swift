@@ -53,6 +53,7 @@ public final class Application: Sendable {
             stores: stores, reads: reads, clock: clock,
             freshness: Freshness(staleDays: configuration.staleDays, expireDays: configuration.expireDays),
             policy: configuration.deletionPolicy, feedbackPolicy: configuration.feedbackPolicy,
+            userPolicy: configuration.userPolicy, auditRetention: configuration.auditRetentionDays * 86_400,
             transport: transport
                 ?? SocketDeliveryTransport(policy: configuration.deletionPolicy.endpoints, resolver: resolver),
             resolver: resolver,

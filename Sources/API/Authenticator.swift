@@ -74,31 +74,43 @@ public struct Authenticator: Sendable {
         return nil
     }
 
-    /// The project a server credential (server key or service-account access token) belongs to, or nil.
-    func credentialProject(_ credential: String) async throws -> String? {
-        if let project = try await serviceAccounts.project(ofAccessToken: credential) { return project }
-        return try await catalog.projectID(serverKey: credential)
+    /// The project a server credential (server key or service-account access token) belongs to, and who it is, or
+    /// nil.
+    func credential(_ credential: String) async throws -> (projectID: String, actor: String)? {
+        if let identity = try await serviceAccounts.identity(ofAccessToken: credential) {
+            return (identity.projectID, "serviceAccount:" + identity.keyID)
+        }
+        guard let project = try await catalog.projectID(serverKey: credential) else { return nil }
+        return (project, Authenticator.actor(serverKey: credential))
     }
 
-    /// The project whose server credential came with the request (IID routes name no project), or nil.
-    public func serverKeyProject(_ context: RequestContext) async throws -> Project? {
+    /// A server key as the audit log names it: a fingerprint of its hash (the hash is what the store keeps; a
+    /// fingerprint of 12 hex digits identifies the key among a project's few and reveals nothing of it).
+    static func actor(serverKey: String) -> String {
+        "serverKey:" + Hex.encode(SHA256.hash(serverKey).prefix(6))
+    }
+
+    /// The project whose server credential came with the request (IID routes name no project), and who it is, or nil.
+    public func serverKeyProject(_ context: RequestContext) async throws -> (Project, actor: String)? {
         guard let key = Authenticator.serverKey(context, allowLegacy: true),
-            let projectID = try await credentialProject(key)
+            let (projectID, actor) = try await credential(key),
+            let project = try await catalog.project(projectID)
         else { return nil }
-        return try await catalog.project(projectID)
+        return (project, actor)
     }
 
-    /// Requires a server key of `project`.
-    public func server(_ context: RequestContext, project: Project) async throws {
+    /// Requires a server key of `project`; who it is.
+    public func server(_ context: RequestContext, project: Project) async throws -> String {
         guard let key = Authenticator.serverKey(context) else {
             throw APIError.unauthenticated("a server key is required (Authorization: Bearer <server key>)")
         }
-        guard let owner = try await credentialProject(key) else {
+        guard let (owner, actor) = try await credential(key) else {
             throw APIError.unauthenticated("the server key is not valid")
         }
         guard owner == project.id else {
             throw APIError.permissionDenied("the server key does not belong to this project")
         }
+        return actor
     }
 
     /// The refresh token of `Authorization: FIS_v2 <token>`.

@@ -47,6 +47,10 @@ public struct Configuration: Sendable {
     public var deletionPolicy = DeletionPolicy()
     /// Send feedback's breaker, quarantine and retention (see ``FeedbackPolicy``).
     public var feedbackPolicy = FeedbackPolicy()
+    /// Installations a user may have, and what a bind past that does (see ``UserPolicy``).
+    public var userPolicy = UserPolicy()
+    /// How long audit-log entries are kept (`AUDIT_RETENTION_DAYS`).
+    public var auditRetentionDays = 400.0
     /// How often each replica runs the jobs; 0 turns the loop off (then run `token-registry jobs run`).
     public var jobsIntervalSeconds = 10.0
 
@@ -171,6 +175,17 @@ public struct Configuration: Sendable {
             try reader.int("FEEDBACK_BREAKER_WINDOW_SECONDS", default: 600, range: 60...86_400))
         c.feedbackPolicy.retiredRetention =
             Double(try reader.int("FEEDBACK_RETIRED_RETENTION_DAYS", default: 30, range: 1...3650)) * 86_400
+        c.userPolicy.maxInstallationsPerUser = try reader.int(
+            "USER_INSTALLATIONS_LIMIT", default: 100, range: 1...UserPolicy.maxUsersPerResolve)
+        if let overflow = env["USER_INSTALLATIONS_OVERFLOW"] {
+            guard let value = UserPolicy.Overflow(rawValue: overflow) else {
+                throw ConfigurationError(
+                    variable: "USER_INSTALLATIONS_OVERFLOW",
+                    problem: "must be refuse or unbind-least-recent, not '\(overflow.prefix(40))'")
+            }
+            c.userPolicy.overflow = value
+        }
+        c.auditRetentionDays = Double(try reader.int("AUDIT_RETENTION_DAYS", default: 400, range: 1...36_500))
         guard c.expireDays > c.staleDays else {
             throw ConfigurationError(variable: "EXPIRE_AFTER_DAYS", problem: "must be larger than STALE_AFTER_DAYS")
         }

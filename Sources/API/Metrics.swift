@@ -35,6 +35,8 @@ public final class Metrics: Sendable {
         var feedbackActions: [String: Int] = [:]
         /// When this replica's jobs loop last completed a run (nil: the loop is off here).
         var jobsLoopLastRun: Double?
+        /// Audit entries that could not be appended.
+        var auditFailures = 0
     }
 
     private let state = Mutex(State())
@@ -58,6 +60,9 @@ public final class Metrics: Sendable {
             s.jobsLoopLastRun = Date().timeIntervalSince1970
         }
     }
+
+    /// Counts an audit entry that could not be appended (the action's answer stood).
+    public func countAuditFailure() { state.withLock { $0.auditFailures += 1 } }
 
     /// Counts one feedback batch: each result's channel and class, and its action.
     public func record(feedback results: [FeedbackResult], actions: [FeedbackAction]) {
@@ -111,6 +116,9 @@ public final class Metrics: Sendable {
         for (action, count) in snapshot.feedbackActions.sorted(by: { $0.key < $1.key }) {
             out += "registry_feedback_actions_total{action=\"\(action)\"} \(count)\n"
         }
+        out += "# HELP registry_audit_append_failures_total Audit entries that could not be appended (this replica).\n"
+        out += "# TYPE registry_audit_append_failures_total counter\n"
+        out += "registry_audit_append_failures_total \(snapshot.auditFailures)\n"
         if let last = snapshot.jobsLoopLastRun {
             out += "# HELP registry_jobs_loop_last_run_timestamp_seconds When this replica's jobs loop last completed a run.\n"
             out += "# TYPE registry_jobs_loop_last_run_timestamp_seconds gauge\n"

@@ -72,9 +72,10 @@ public struct InstallationCaller: Sendable {
     public let installation: Installation
 }
 
-/// An app backend, by a server credential of `project`.
+/// An app backend, by a server credential of `project`; `actor` names the credential (``AuditedCaller``).
 public struct ServerCaller: Sendable {
     public let project: Project
+    public let actor: String
 }
 
 /// A linked service of the path's project, by its signature.
@@ -150,18 +151,17 @@ extension Principal where Caller == ServerCaller {
     public static var serverKey: Principal {
         Principal([.serverKey]) { auth, context in
             let project = try await auth.project(context)
-            try await auth.server(context, project: project)
-            return ServerCaller(project: project)
+            return ServerCaller(project: project, actor: try await auth.server(context, project: project))
         }
     }
 
     /// A server credential of any project, which it names (the IID API).
     public static var serverKeyOfAnyProject: Principal {
         Principal([.serverKeyOfAnyProject]) { auth, context in
-            guard let project = try await auth.serverKeyProject(context) else {
+            guard let (project, actor) = try await auth.serverKeyProject(context) else {
                 throw APIError.unauthenticated("a server key is required (Authorization: Bearer <server key>)")
             }
-            return ServerCaller(project: project)
+            return ServerCaller(project: project, actor: actor)
         }
     }
 }

@@ -9,13 +9,23 @@ import Registry
 public struct Responder: Sendable {
     let routes: Routes
     let auth: Authenticator
+    let environment: RouteEnvironment
     let cors: CORS
     let metrics: Metrics
     let logger: Logger
 
-    init(routes: Routes, auth: Authenticator, metrics: Metrics, logger: Logger) {
+    init(routes: Routes, auth: Authenticator, audit: AuditService? = nil, metrics: Metrics, logger: Logger) {
         self.routes = routes
         self.auth = auth
+        environment = RouteEnvironment(auth: auth, audit: audit) { error, context in
+            metrics.countAuditFailure()
+            logger.error(
+                "audit entry not written",
+                [
+                    ("requestId", .string(context.requestID)), ("route", .string(context.template)),
+                    ("error", .string(String(describing: error))),
+                ])
+        }
         self.metrics = metrics
         self.logger = logger
         cors = CORS(catalog: auth.catalog, installations: auth.installations)
@@ -51,7 +61,7 @@ public struct Responder: Sendable {
                 answer = refused
             } else {
                 do {
-                    answer = try await route.run(auth, context)
+                    answer = try await route.run(environment, context)
                 } catch {
                     answer = failed(error, route: route, requestID: requestID, trace: trace)
                 }

@@ -39,10 +39,12 @@ public struct Route: Sendable {
     /// Whether the event loop answers it in place (``Routes/addImmediate(_:_:_:)``).
     public let immediate: Bool
     let errors: ErrorShape
+    /// What a server credential's call writes to the audit log.
+    public let audit: Audit?
     /// Runs before the principal: an answer (a 429) stops the request there, before anything is looked up.
     let admit: (@Sendable (RequestContext) -> HTTPResponse?)?
-    /// Resolves the principal, then runs the handler with it.
-    let run: @Sendable (Authenticator, RequestContext) async throws -> HTTPResponse
+    /// Resolves the principal, then runs the handler with it (and records its audit entry).
+    let run: @Sendable (RouteEnvironment, RequestContext) async throws -> HTTPResponse
     /// The handler of an immediate route, which needs no principal and never suspends.
     let runImmediately: (@Sendable (RequestContext) throws -> HTTPResponse)?
 }
@@ -60,10 +62,11 @@ public struct Routes: Sendable {
     /// - Parameters:
     ///   - browser: pages may call it (the web SDKs' routes).
     ///   - errors: the shape its failures are written in.
+    ///   - audit: the entry a server credential's call appends to the audit log, whatever its outcome.
     ///   - admit: runs first, before the principal is resolved: a response stops the request (a rate limit).
     public mutating func add<Caller>(
         _ method: HTTPMethod, _ template: String, _ principal: Principal<Caller>, browser: Bool = false,
-        errors: ErrorShape = .google, admit: (@Sendable (RequestContext) -> HTTPResponse?)? = nil,
+        errors: ErrorShape = .google, audit: Audit? = nil, admit: (@Sendable (RequestContext) -> HTTPResponse?)? = nil,
         _ handler: @escaping RouteHandler<Caller>
     ) {
         precondition(!principal.credentials.isEmpty, "a route declares who may call it: \(method) \(template)")
@@ -71,8 +74,21 @@ public struct Routes: Sendable {
             method.rawValue, template,
             Route(
                 method: method.rawValue, template: template, credentials: principal.credentials, browser: browser,
-                immediate: false, errors: errors, admit: admit,
-                run: { auth, context in try await handler(context, try await principal.resolve(auth, context)) },
+                immediate: false, errors: errors, audit: audit, admit: admit,
+                run: { environment, context in
+                    let caller = try await principal.resolve(environment.auth, context)
+                    guard let audit else { return try await handler(context, caller) }
+                    let response: HTTPResponse
+                    do {
+                        response = try await handler(context, caller)
+                    } catch {
+                        await environment.record(
+                            audit, caller, context: context, outcome: Audit.outcome(errors.response(error).status))
+                        throw error
+                    }
+                    await environment.record(audit, caller, context: context, outcome: Audit.outcome(response.status))
+                    return response
+                },
                 runImmediately: nil))
     }
 
@@ -85,7 +101,8 @@ public struct Routes: Sendable {
         precondition(!path.contains("{"), "an immediate route's path is literal: \(path)")
         let route = Route(
             method: method.rawValue, template: path, credentials: [.anyone], browser: false, immediate: true,
-            errors: .google, admit: nil, run: { _, context in try handler(context) }, runImmediately: handler)
+            errors: .google, audit: nil, admit: nil, run: { _, context in try handler(context) },
+            runImmediately: handler)
         router.add(method.rawValue, path, route)
         immediateRoutes["\(method.rawValue) \(path)"] = route
     }

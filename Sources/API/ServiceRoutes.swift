@@ -42,6 +42,12 @@ extension Responder {
         .register(&routes)
         DeletionsController(deletions: s.deletions, feed: s.feed).register(&routes)
         FeedbackController(feedback: s.feedback, metrics: metrics).register(&routes)
+        UsersController(
+            users: s.users, erasures: s.erasures, installations: s.installations, registrations: s.registrations,
+            consent: s.consent, freshness: s.targeting.freshness
+        ).register(&routes)
+        ExportController(exports: s.exports, users: s.users, clock: s.clock).register(&routes)
+        AuditController(audit: s.audit).register(&routes)
         TokenController(serviceAccounts: s.serviceAccounts).register(&routes)
         CheckinController(
             catalog: s.catalog, checkins: s.checkins, installations: s.installations, registrations: s.registrations,
@@ -57,6 +63,6 @@ extension Responder {
         let auth = Authenticator(
             catalog: s.catalog, installations: s.installations, serviceAccounts: s.serviceAccounts,
             deletions: s.deletions, checkins: s.checkins, metricsToken: configuration.metricsToken)
-        return Responder(routes: routes, auth: auth, metrics: metrics, logger: logger)
+        return Responder(routes: routes, auth: auth, audit: s.audit, metrics: metrics, logger: logger)
     }
 }

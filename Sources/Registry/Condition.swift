@@ -4,6 +4,9 @@ public indirect enum Condition: Sendable, Equatable {
     case not(Condition)
     case and(Condition, Condition)
     case or(Condition, Condition)
+    /// Installations bound to any of these user IDs. Not FCM's grammar: `targets:resolve`'s `users` makes it, alone or
+    /// and-ed with a parsed condition.
+    case users([String])
 
     /// At most this many topics in one condition (FCM's limit).
     public static let maxTopics = 5
@@ -15,6 +18,7 @@ public indirect enum Condition: Sendable, Equatable {
         case let .topic(t): return [t]
         case let .not(c): return c.topics
         case let .and(a, b), let .or(a, b): return a.topics + b.topics
+        case .users: return []
         }
     }
 

@@ -77,6 +77,12 @@ public struct ServiceAccountService: Sendable {
         try await store.accounts(projectID: projectID)
     }
 
+    /// The account with this key id, revoked or not.
+    public func account(keyID: String) async throws -> ServiceAccount? {
+        guard keyID.utf8.count <= 128, Identifiers.isPlainText(keyID) else { return nil }
+        return try await store.account(keyID: keyID)
+    }
+
     /// Revokes an account: assertions signed with its key are refused at once, its access tokens within
     /// ``revocationBound``. False when there is no such account, or it was revoked already.
     public func revoke(keyID: String) async throws -> Bool {
@@ -176,6 +182,11 @@ public struct ServiceAccountService: Sendable {
 
     /// The project an access token is for, or nil when it is not one of ours, has expired, or its account was revoked.
     public func project(ofAccessToken token: String) async throws -> String? {
+        try await identity(ofAccessToken: token)?.projectID
+    }
+
+    /// The project and the account's key id of an access token (``project(ofAccessToken:)``).
+    public func identity(ofAccessToken token: String) async throws -> (projectID: String, keyID: String)? {
         guard token.hasPrefix(Self.tokenPrefix), token.utf8.count <= 512 else { return nil }
         let parts = token.dropFirst(Self.tokenPrefix.count).split(separator: ".")
         guard parts.count == 2, let mac = Base64URL.decode(parts[1]),
@@ -186,6 +197,6 @@ public struct ServiceAccountService: Sendable {
         guard fields.count == 3, let expires = Int64(fields[1]), expires > ClientNumbers.unixSeconds(clock.now()),
             try await isActive(keyID: String(fields[2]))
         else { return nil }
-        return String(fields[0])
+        return (String(fields[0]), String(fields[2]))
     }
 }

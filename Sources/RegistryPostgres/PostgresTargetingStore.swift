@@ -115,6 +115,10 @@ struct PostgresTargetingStore: TargetingStore {
             binds.append(name)
             return
                 "EXISTS (SELECT 1 FROM topic_subscriptions ts WHERE ts.project_id = r.project_id AND ts.fid = r.fid AND ts.topic = $\(binds.count))"
+        case let .users(ids):
+            binds.append(TextArray(ids).postgresText)
+            return
+                "EXISTS (SELECT 1 FROM user_bindings ub WHERE ub.project_id = r.project_id AND ub.fid = r.fid AND ub.user_id = ANY($\(binds.count)::text[]))"
         case let .not(inner): return "NOT (\(sql(inner, binds: &binds)))"
         case let .and(a, b): return "(\(sql(a, binds: &binds))) AND (\(sql(b, binds: &binds)))"
         case let .or(a, b): return "(\(sql(a, binds: &binds))) OR (\(sql(b, binds: &binds)))"

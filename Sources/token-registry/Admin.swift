@@ -58,6 +58,7 @@ enum Admin {
             }
             return try await withApplication { app in
                 let key = try await app.catalog.createProject(id: id, number: number)
+                try await AuditCommand.record(app, projectID: id, action: "projects.create", target: .resource("project"))
                 printJSON([
                     "projectId": .string(id), "projectNumber": .string(String(number)), "serverKey": .string(key),
                 ])
@@ -69,6 +70,8 @@ enum Admin {
             return try await withProject(arguments) { app, project in
                 let now = Date()
                 let key = try await app.catalog.rotateServerKey(project: project, keepOldFor: keep, at: now)
+                try await AuditCommand.record(
+                    app, projectID: project.id, action: "serverKeys.rotate", target: .resource("serverKeys"))
                 printJSON([
                     "projectId": .string(project.id), "serverKey": .string(key),
                     "oldKeysValidUntil": .string(Timestamp.rfc3339(now.addingTimeInterval(keep))),
@@ -80,6 +83,8 @@ enum Admin {
             return try await withProject(arguments) { app, project in
                 let revoked = try await app.catalog.revokeServerKeys(
                     project: project, all: arguments.flags.contains("all"), at: Date())
+                try await AuditCommand.record(
+                    app, projectID: project.id, action: "serverKeys.revoke", target: .resource("serverKeys"))
                 printJSON(["projectId": .string(project.id), "revoked": .int(Int64(revoked))])
                 return 0
             }
@@ -147,6 +152,8 @@ enum Admin {
                 project: project, platform: platform, bundleID: arguments.options["bundle-id"],
                 autoInitDefault: autoInit, appID: arguments.options["app-id"], apiKey: arguments.options["api-key"],
                 webOrigins: arguments.repeated["web-origin"] ?? [])
+            try await AuditCommand.record(
+                app, projectID: project.id, action: "apps.create", target: .resource("apps/" + created.id))
             printJSON([
                 "appId": .string(created.id), "apiKey": .string(created.apiKey), "projectId": .string(project.id),
                 "platform": .string(platform.rawValue), "autoInitDefault": .bool(autoInit),
@@ -162,6 +169,9 @@ enum Admin {
             try arguments.allow([])
             return try await withApplication { app in
                 let kid = try await app.tokens.rotate()
+                try await AuditCommand.record(
+                    app, projectID: AuditCommand.deploymentChain, action: "signingKeys.rotate",
+                    target: .resource("signingKeys/" + kid))
                 printJSON(["kid": .string(kid)])
                 return 0
             }
@@ -172,6 +182,9 @@ enum Admin {
                 guard try await app.tokens.retire(kid: kid) else {
                     throw CLIError("no signing key \(kid) is in service")
                 }
+                try await AuditCommand.record(
+                    app, projectID: AuditCommand.deploymentChain, action: "signingKeys.retire",
+                    target: .resource("signingKeys/" + kid))
                 printJSON(["kid": .string(kid), "retired": true])
                 return 0
             }
@@ -272,6 +285,9 @@ extension Admin {
                 throw CLIError("no project \(reference)")
             }
             let file = try await app.services.serviceAccounts.create(project: project, baseURL: base)
+            try await AuditCommand.record(
+                app, projectID: project.id, action: "serviceAccounts.create",
+                target: .resource("serviceAccounts/" + (file["private_key_id"]?.stringValue ?? "")))
             let bytes = file.encoded() + [UInt8(ascii: "\n")]
             let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
             guard n == bytes.count, fsync(fd) == 0 else { throw CLIError("cannot write \(out)") }
@@ -301,9 +317,13 @@ extension Admin {
         try arguments.allow(["key-id"])
         let keyID = try arguments.required("key-id")
         return try await withApplication { app in
-            guard try await app.services.serviceAccounts.revoke(keyID: keyID) else {
+            let account = try await app.services.serviceAccounts.account(keyID: keyID)
+            guard try await app.services.serviceAccounts.revoke(keyID: keyID), let account else {
                 throw CLIError("no service account in force has key id \(keyID)")
             }
+            try await AuditCommand.record(
+                app, projectID: account.projectID, action: "serviceAccounts.revoke",
+                target: .resource("serviceAccounts/" + keyID))
             printJSON(["privateKeyId": .string(keyID), "revoked": true])
             return 0
         }

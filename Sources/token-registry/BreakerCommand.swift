@@ -44,6 +44,9 @@ enum BreakerCommand {
             return try await Admin.withProject(arguments) { app, project in
                 let cleared = try await app.feedback.clearBreaker(
                     project: project, channel: channel, confirm: arguments.flags.contains("confirm"))
+                try await AuditCommand.record(
+                    app, projectID: project.id, action: "hygiene.clearBreaker",
+                    target: .resource("hygiene/breakers/" + channel.rawValue))
                 printJSON([
                     "projectId": .string(project.id), "channel": .string(channel.rawValue), "state": "clear",
                     "released": .int(Int64(cleared.released)), "retired": .int(Int64(cleared.retired)),

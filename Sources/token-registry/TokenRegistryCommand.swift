@@ -31,6 +31,8 @@ enum TokenRegistryCommand {
           token-registry serviceaccount revoke --key-id <private_key_id>
           token-registry breaker status|clear --id <project> [--channel fcm|apns|webpush] [--confirm]
                                                send feedback's breaker: see it, clear it (docs/feedback.md)
+          token-registry audit list|verify [--id <project>]
+                                               the audit log: page it, check its hash chain
           token-registry jobs run [--now <RFC 3339 time>]
                                                run each background job once (deliver, purge, expire, relay)
           token-registry probe [--path /healthz] [--port $PORT] [--timeout-ms 2000]
@@ -61,6 +63,7 @@ enum TokenRegistryCommand {
             case "jobs": return try await Admin.jobs(try Arguments(rest))
             case "serviceaccount": return try await Admin.serviceAccount(try Arguments(rest))
             case "breaker": return try await BreakerCommand.run(try Arguments(rest))
+            case "audit": return try await AuditCommand.run(try Arguments(rest))
             case "probe": return try Probe.run(try Arguments(rest))
             default: throw CLIError("unknown command '\(command)'; see token-registry --help")
             }

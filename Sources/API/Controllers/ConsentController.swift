@@ -14,7 +14,9 @@ struct ConsentController {
         .serverKey, when: { $0.hasBearer }, otherwise: .installationToken(owning: "fid"))
 
     func register(_ routes: inout Routes) {
-        routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/consent", Self.principal, browser: true, put)
+        routes.add(
+            .PUT, "/v1/projects/{project}/installations/{fid}/consent", Self.principal, browser: true,
+            audit: .installation("consent.write"), put)
         routes.add(.GET, "/v1/projects/{project}/installations/{fid}/consent", Self.principal, browser: true, get)
     }
 

@@ -9,10 +9,14 @@ struct DeletionsController: Sendable {
     let feed: ChangeFeed
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/v1/projects/{project}/linkedServices", .serverKey, createService)
+        routes.add(
+            .POST, "/v1/projects/{project}/linkedServices", .serverKey,
+            audit: .resource("linkedServices.create", "linkedServices"), createService)
         routes.add(.GET, "/v1/projects/{project}/linkedServices", .serverKey, listServices)
         routes.add(.GET, "/v1/projects/{project}/linkedServices/{name}", .serverKey, getService)
-        routes.add(.DELETE, "/v1/projects/{project}/linkedServices/{name}", .serverKey, deleteService)
+        routes.add(
+            .DELETE, "/v1/projects/{project}/linkedServices/{name}", .serverKey,
+            audit: .resource("linkedServices.delete", "linkedServices/{name}"), deleteService)
         // Signed by the service itself, or asked with a server key (the project replaces a lost secret).
         routes.add(
             .POST, "/v1/projects/{project}/linkedServices/{name}:rotateSecret",
@@ -20,7 +24,7 @@ struct DeletionsController: Sendable {
                 .registrySignature { context, project in
                     .rotation(project: project.id, service: context.parameter("name"))
                 }, when: { $0.hasSignature }, otherwise: .serverKey),
-            rotateSecret)
+            audit: .resource("linkedServices.rotateSecret", "linkedServices/{name}"), rotateSecret)
         routes.add(.GET, "/v1/projects/{project}/deletions", .serverKey, listDeletions)
         routes.add(.GET, "/v1/projects/{project}/deletions/{fid}", .serverKey, getDeletion)
         // Signed for the very delivery it confirms: `{"deliveryId": "<the notice's deliveryId>"}`.
@@ -88,15 +92,17 @@ struct DeletionsController: Sendable {
             "fidHash": .string(receipt.fidHash),
             "reason": .string(receipt.reason.rawValue), "requestTime": .string(Timestamp.rfc3339(receipt.requestedAt)),
             "deadline": .string(Timestamp.rfc3339(receipt.deadline)), "state": .string(receipt.state.rawValue),
-            "services": .array(
-                receipt.services.map { s in
-                    [
-                        "name": .string(s.service), "state": .string(s.state.rawValue), "attempts": .int(s.attempts),
-                        "lastError": s.lastError.map { .string($0) } ?? .null,
-                        "ackTime": s.acknowledgedAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
-                        "rekeyedByProjectTime": s.rekeyedByProjectAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
-                    ]
-                }),
+            "services": .array(receipt.services.map(Self.json)),
+        ]
+    }
+
+    /// One service's part of a receipt.
+    static func json(_ s: DeliveryStatus) -> JSONValue {
+        [
+            "name": .string(s.service), "state": .string(s.state.rawValue), "attempts": .int(s.attempts),
+            "lastError": s.lastError.map { .string($0) } ?? .null,
+            "ackTime": s.acknowledgedAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+            "rekeyedByProjectTime": s.rekeyedByProjectAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
         ]
     }
 

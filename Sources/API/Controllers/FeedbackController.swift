@@ -10,10 +10,14 @@ struct FeedbackController: Sendable {
     let metrics: Metrics
 
     func register(_ routes: inout Routes) {
-        routes.add(.POST, "/v1/projects/{project}/feedback", .serverKey, intake)
-        routes.add(.POST, "/v1/projects/{project}/feedback:gorush", .serverKey, gorush)
+        routes.add(.POST, "/v1/projects/{project}/feedback", .serverKey, audit: .resource("feedback.intake", "feedback"), intake)
+        routes.add(
+            .POST, "/v1/projects/{project}/feedback:gorush", .serverKey, audit: .resource("feedback.gorush", "feedback"),
+            gorush)
         routes.add(.GET, "/v1/projects/{project}/hygiene", .serverKey, hygiene)
-        routes.add(.POST, "/v1/projects/{project}/hygiene/breakers/{channel}:clear", .serverKey, clear)
+        routes.add(
+            .POST, "/v1/projects/{project}/hygiene/breakers/{channel}:clear", .serverKey,
+            audit: .resource("hygiene.clearBreaker", "hygiene/breakers/{channel}"), clear)
     }
 
     /// One decision per result, in order: what the result meant and what it did; or why it was not read.

@@ -18,11 +18,18 @@ struct IIDController: Sendable {
     func register(_ routes: inout Routes) {
         // Every failure in IID's own shape, including malformed JSON; an unavailable database stays a 503.
         let key = Principal.serverKeyOfAnyProject
-        routes.add(.POST, "/iid/v1:batchAdd", key, errors: .iid, batchAdd)
-        routes.add(.POST, "/iid/v1:batchRemove", key, errors: .iid, batchRemove)
-        routes.add(.POST, "/iid/v1:batchImport", key, errors: .iid, batchImport)
-        routes.add(.POST, "/iid/v1/{token}/rel/topics/{topic}", key, errors: .iid, addRelation)
-        routes.add(.DELETE, "/iid/v1/{token}/rel/topics/{topic}", key, errors: .iid, removeRelation)
+        routes.add(.POST, "/iid/v1:batchAdd", key, errors: .iid, audit: .resource("iid.batchAdd", "topics"), batchAdd)
+        routes.add(
+            .POST, "/iid/v1:batchRemove", key, errors: .iid, audit: .resource("iid.batchRemove", "topics"), batchRemove)
+        routes.add(
+            .POST, "/iid/v1:batchImport", key, errors: .iid, audit: .resource("iid.batchImport", "registrations"),
+            batchImport)
+        routes.add(
+            .POST, "/iid/v1/{token}/rel/topics/{topic}", key, errors: .iid,
+            audit: .registration("iid.addRelation", "token"), addRelation)
+        routes.add(
+            .DELETE, "/iid/v1/{token}/rel/topics/{topic}", key, errors: .iid,
+            audit: .registration("iid.removeRelation", "token"), removeRelation)
         routes.add(.GET, "/iid/info/{token}", key, errors: .iid, info)
     }
 

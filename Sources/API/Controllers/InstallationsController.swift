@@ -23,8 +23,11 @@ struct InstallationsController {
         // The client deletes itself with its refresh token; an app backend deletes with its server key.
         routes.add(
             .DELETE, "/v1/projects/{project}/installations/{fid}",
-            .either(.serverKey, when: { $0.hasBearer }, otherwise: .refreshToken), browser: true, delete)
-        routes.add(.DELETE, "/v1/project/{project}/instanceId/{fid}", .serverKey, adminDelete)
+            .either(.serverKey, when: { $0.hasBearer }, otherwise: .refreshToken), browser: true,
+            audit: .installation("installations.delete"), delete)
+        routes.add(
+            .DELETE, "/v1/project/{project}/instanceId/{fid}", .serverKey, audit: .installation("installations.delete"),
+            adminDelete)
     }
 
     func create(_ context: RequestContext, _ caller: AppCaller) async throws -> HTTPResponse {

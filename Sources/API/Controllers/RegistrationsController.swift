@@ -16,8 +16,11 @@ struct RegistrationsController: Sendable {
         // The installation removes its registration (by token or FID); an app backend may too, with a server key.
         routes.add(
             .DELETE, "/v1/projects/{project}/registrations/{registration}",
-            .either(.serverKey, when: { $0.hasBearer }, otherwise: .installationToken()), browser: true, delete)
-        routes.add(.PUT, "/v1/projects/{project}/installations/{fid}/registration", .serverKey, callback)
+            .either(.serverKey, when: { $0.hasBearer }, otherwise: .installationToken()), browser: true,
+            audit: .registration("registrations.delete"), delete)
+        routes.add(
+            .PUT, "/v1/projects/{project}/installations/{fid}/registration", .serverKey,
+            audit: .installation("registrations.refresh"), callback)
         routes.add(
             .GET, "/v1/projects/{project}/registrations/{registration}:sendability", .serverKey, sendability)
     }

@@ -13,11 +13,11 @@ struct TopicsController: Sendable {
 
     func register(_ routes: inout Routes) {
         let base = "/v1/projects/{project}/registrations/{registration}/topicSubscriptions"
-        routes.add(.POST, base, .serverKey, create)
+        routes.add(.POST, base, .serverKey, audit: .registration("topics.subscribe"), create)
         routes.add(.GET, base, .serverKey, list)
         routes.add(.GET, base + "/{topic}", .serverKey, get)
-        routes.add(.PATCH, base + "/{topic}", .serverKey, patch)
-        routes.add(.DELETE, base + "/{topic}", .serverKey, delete)
+        routes.add(.PATCH, base + "/{topic}", .serverKey, audit: .registration("topics.update"), patch)
+        routes.add(.DELETE, base + "/{topic}", .serverKey, audit: .registration("topics.unsubscribe"), delete)
         let own = Principal.installationToken(owning: "registration")
         routes.add(.POST, base + "/{topic}:subscribe", own, browser: true, clientSubscribe)
         routes.add(.POST, base + "/{topic}:unsubscribe", own, browser: true, clientUnsubscribe)
@@ -201,13 +201,19 @@ struct TopicsController: Sendable {
     func resolve(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let project = caller.project
         let body = FieldReader(try context.jsonObject())
-        let text = try body.string("condition", required: true, maxBytes: Condition.maxLength, allowEmpty: false)!
-        let condition: Condition
-        do {
-            condition = try Condition.parse(text)
-        } catch {
-            throw APIError.invalid("condition: \(error.description)")
+        let users = try Self.users(body)
+        let text = try body.string(
+            "condition", required: users == nil, maxBytes: Condition.maxLength, allowEmpty: false)
+        var condition: Condition?
+        if let text {
+            do {
+                condition = try Condition.parse(text)
+            } catch {
+                throw APIError.invalid("condition: \(error.description)")
+            }
         }
+        if let users { condition = condition.map { .and(.users(users), $0) } ?? .users(users) }
+        guard let condition else { throw APIError.invalid("condition: required field is missing") }
         var size = 1000
         if let value = body.object["pageSize"] {
             guard let n = value.int64Value, n > 0 else {
@@ -219,6 +225,25 @@ struct TopicsController: Sendable {
         let page = try await targeting.resolve(
             projectID: project.id, condition: condition, after: after, limit: size + 1)
         return TopicsController.targetsResponse(page, size: size)
+    }
+
+    /// `users`: the people a message is for (their installations, under the same rules as any target); nil when
+    /// absent.
+    static func users(_ body: FieldReader) throws -> [String]? {
+        guard let value = body.object["users"], !value.isNull else { return nil }
+        guard let items = value.arrayValue else { throw APIError.invalid("users: must be an array of user IDs") }
+        guard (1...UserPolicy.maxUsersPerResolve).contains(items.count) else {
+            throw APIError.invalid("users: 1-\(UserPolicy.maxUsersPerResolve) user IDs")
+        }
+        return try items.enumerated().map { index, item in
+            guard let id = item.stringValue else { throw APIError.invalid("users[\(index)]: must be a string") }
+            do {
+                try UserService.validate(userID: id, field: "users[\(index)]")
+            } catch let error as RegistryError {
+                throw APIError.invalid(error.message)
+            }
+            return id
+        }
     }
 }
 

@@ -77,6 +77,8 @@ public struct ErasureReceipt: Sendable, Equatable {
     public let record: ErasureRecord
     public let state: ReceiptState
     public let boundAfter: [UserBinding]
+    /// When it was read: the states are at this time.
+    public let at: Date
 }
 
 /// Erasures by person; the store side of ``ErasureService``.
@@ -145,8 +147,9 @@ public struct ErasureService: Sendable {
     }
 
     private func receipt(project: Project, record: ErasureRecord) async throws -> ErasureReceipt {
-        ErasureReceipt(
-            record: record, state: record.state(at: clock.now()),
-            boundAfter: try await users.store.bindings(projectID: project.id, userHash: record.userHash))
+        let now = clock.now()
+        return ErasureReceipt(
+            record: record, state: record.state(at: now),
+            boundAfter: try await users.store.bindings(projectID: project.id, userHash: record.userHash), at: now)
     }
 }

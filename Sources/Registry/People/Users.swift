@@ -196,7 +196,7 @@ public struct UserService: Sendable {
     }
 
     @discardableResult
-    func requireInstallation(project: Project, fid: String) async throws -> Installation {
+    public func requireInstallation(project: Project, fid: String) async throws -> Installation {
         guard let installation = try await installations.find(project: project, fid: fid) else {
             throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
         }

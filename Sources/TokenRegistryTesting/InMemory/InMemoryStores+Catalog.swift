@@ -130,15 +130,18 @@ extension InMemoryStores: TopicStore, TargetingStore {
     }
 
     public func resolve(condition: Condition, filter: TargetFilter) async throws -> [LiveRegistration] {
-        live(filter) { key in Self.holds(condition, topics: Set((topics[key] ?? [:]).keys)) }
+        live(filter) { key in
+            Self.holds(condition, topics: Set((topics[key] ?? [:]).keys), user: userBindings[key]?.binding.userID)
+        }
     }
 
-    static func holds(_ condition: Condition, topics: Set<String>) -> Bool {
+    static func holds(_ condition: Condition, topics: Set<String>, user: String?) -> Bool {
         switch condition {
         case let .topic(name): return topics.contains(name)
-        case let .not(inner): return !holds(inner, topics: topics)
-        case let .and(a, b): return holds(a, topics: topics) && holds(b, topics: topics)
-        case let .or(a, b): return holds(a, topics: topics) || holds(b, topics: topics)
+        case let .users(ids): return user.map(ids.contains) ?? false
+        case let .not(inner): return !holds(inner, topics: topics, user: user)
+        case let .and(a, b): return holds(a, topics: topics, user: user) && holds(b, topics: topics, user: user)
+        case let .or(a, b): return holds(a, topics: topics, user: user) || holds(b, topics: topics, user: user)
         }
     }
 }

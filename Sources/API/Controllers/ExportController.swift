@@ -1,0 +1,212 @@
+import Crypto
+import Foundation
+import HTTP
+import JSON
+import Registry
+
+/// Data-subject exports (GDPR Art. 15 and 20): everything held about a person or an installation as one JSON document
+/// of a versioned schema (`SubjectExport` in `openapi.yaml`). Tokens are masked: an export must not become a way to
+/// take a sendable credential out; each carries its SHA-256, so a subject can match it against the device's own.
+struct ExportController {
+    let exports: ExportService
+    let users: UserService
+    let clock: any WallClock
+
+    func register(_ routes: inout Routes) {
+        routes.add(
+            .GET, "/v1/projects/{project}/users/{userId}:export", .serverKey, audit: .user("users.export"), user)
+        routes.add(
+            .GET, "/v1/projects/{project}/installations/{fid}:export", .serverKey,
+            audit: .installation("installations.export"), installation)
+    }
+
+    func user(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let userID = context.parameter("userId")
+        try UserService.validate(userID: userID)
+        let export = try await exports.user(project: caller.project, userID: userID)
+        return .json(
+            document(
+                project: caller.project, subject: ["type": "user", "userId": .string(userID)],
+                installations: export.installations.map { Self.json($0, onlyUser: userID) },
+                extra: [
+                    ("userHistory", .array(export.history.map(Self.json))),
+                    ("erasures", .array(export.erasures.map { UsersController.json($0, project: caller.project) })),
+                ]))
+    }
+
+    func installation(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let fid = context.parameter("fid")
+        guard let export = try await exports.installation(project: caller.project, fid: fid) else {
+            throw APIError.notFound("installation \(fid.prefix(64)) not found")
+        }
+        return .json(
+            document(
+                project: caller.project, subject: ["type": "installation", "fid": .string(fid)],
+                installations: [Self.json(export, onlyUser: nil)], extra: []))
+    }
+
+    private func document(
+        project: Project, subject: JSONValue, installations: [JSONValue], extra: [(String, JSONValue)]
+    ) -> JSONValue {
+        .object(
+            [
+                ("schema", .string(ExportService.schemaVersion)), ("project", .string(project.id)),
+                ("exportTime", .string(Timestamp.rfc3339(clock.now()))), ("subject", subject),
+                ("installations", .array(installations)),
+            ] + extra)
+    }
+
+    // MARK: - Masking
+
+    /// A token as an export shows it: the FID it starts with (the subject's own ID), a few characters of each end, and
+    /// its SHA-256.
+    static func masked(_ token: String) -> JSONValue {
+        let characters = Array(token)
+        var shown: String
+        if let fid = RegistrationToken.fid(of: token) {
+            let rest = Array(token.dropFirst(fid.count + 1))
+            shown = fid + ":" + (rest.count > 10 ? String(rest.prefix(4)) + "…" + String(rest.suffix(4)) : "…")
+        } else {
+            shown = characters.count > 12 ? String(characters.prefix(4)) + "…" + String(characters.suffix(4)) : "…"
+        }
+        return ["masked": .string(shown), "sha256": .string(Hex.encode(SHA256.hash(token)))]
+    }
+
+    /// A web push endpoint as an export shows it: its origin only (the path is the push service's capability URL).
+    static func origin(of endpoint: String) -> String {
+        guard let url = URL(string: endpoint), let scheme = url.scheme, let host = url.host else { return "…" }
+        return "\(scheme)://\(host)"
+    }
+
+    // MARK: - The document's parts
+
+    static func json(_ e: InstallationExport, onlyUser: String?) -> JSONValue {
+        var members: [(String, JSONValue)] = [("fid", .string(e.fid)), ("deleted", .bool(e.installation == nil))]
+        if let i = e.installation {
+            members += [
+                ("appId", .string(i.appID)), ("sdkVersion", i.sdkVersion.map { .string($0) } ?? .null),
+                ("createTime", .string(Timestamp.rfc3339(i.createdAt))),
+                ("lastSeenTime", .string(Timestamp.rfc3339(i.lastSeenAt))),
+            ]
+        }
+        members.append(
+            (
+                "user",
+                e.binding.map {
+                    ["userId": .string($0.userID), "bindTime": .string(Timestamp.rfc3339($0.boundAt))]
+                } ?? .null
+            ))
+        var registrations: [JSONValue] = e.registration.map { [json($0)] } ?? []
+        registrations += e.senderTokens.map { t in
+            [
+                "kind": "sender", "sender": .string(t.sender), "scope": .string(t.scope), "token": masked(t.token),
+                "createTime": .string(Timestamp.rfc3339(t.createdAt)),
+                "refreshTime": .string(Timestamp.rfc3339(t.refreshedAt)),
+            ]
+        }
+        let consents: [JSONValue] = e.consents.map { c in
+            [
+                "purpose": .string(c.purpose), "granted": .bool(c.granted),
+                "policyVersion": c.policyVersion.map { .string($0) } ?? .null,
+                "source": c.source.map { .string($0) } ?? .null, "actor": .string(c.actor.rawValue),
+                "updateTime": .string(Timestamp.rfc3339(c.updatedAt)),
+            ]
+        }
+        let ledger: [JSONValue] = e.ledger.map { c in
+            [
+                "sequence": .string(String(c.sequence)), "purpose": .string(c.purpose), "granted": .bool(c.granted),
+                "previous": c.previous.map { .bool($0) } ?? .null, "actor": .string(c.actor.rawValue),
+                "source": c.source.map { .string($0) } ?? .null,
+                "policyVersion": c.policyVersion.map { .string($0) } ?? .null,
+                "recordTime": .string(Timestamp.rfc3339(c.recordedAt)),
+            ]
+        }
+        let topics: [JSONValue] = e.topics.map {
+            ["topic": .string($0.topic), "createTime": .string(Timestamp.rfc3339($0.createdAt))]
+        }
+        let history: [JSONValue] = e.history.map { event in
+            json(onlyUser.map { only($0, event) } ?? event)
+        }
+        let events: [JSONValue] = e.events.map { json($0, onlyUser: onlyUser) }
+        members += [
+            ("registrations", .array(registrations)), ("consents", .array(consents)),
+            ("consentLedger", .array(ledger)), ("topics", .array(topics)), ("userHistory", .array(history)),
+            ("events", .array(events)), ("deletion", e.deletion.map(DeletionsController.json) ?? .null),
+        ]
+        return .object(members)
+    }
+
+    static func json(_ r: Registration) -> JSONValue {
+        var members: [(String, JSONValue)] = [
+            ("kind", "installation"), ("platform", .string(r.platform.rawValue)), ("token", masked(r.token)),
+            ("state", .string(r.state.rawValue)), ("createTime", .string(Timestamp.rfc3339(r.createdAt))),
+            ("refreshTime", .string(Timestamp.rfc3339(r.refreshedAt))),
+            ("appVersion", r.appVersion.map { .string($0) } ?? .null),
+            ("sdkVersion", r.sdkVersion.map { .string($0) } ?? .null),
+        ]
+        if r.platform == .ios {
+            members += [
+                ("apnsToken", r.apnsToken.map(masked) ?? .null),
+                ("apnsEnvironment", r.apnsEnvironment.map { .string($0.rawValue) } ?? .null),
+                ("bundleId", r.bundleID.map { .string($0) } ?? .null),
+            ]
+        }
+        if let web = r.web {
+            // The keys are the subscription's secrets: neither is exported.
+            members.append(
+                ("webPush", ["endpointOrigin": .string(origin(of: web.endpoint)), "origin": web.origin.map { .string($0) } ?? .null]))
+        }
+        if let retirement = r.retirement {
+            members.append(
+                (
+                    "retirement",
+                    [
+                        "reason": .string(retirement.reason), "channel": .string(retirement.channel.rawValue),
+                        "time": .string(Timestamp.rfc3339(retirement.at)),
+                    ]
+                ))
+        }
+        if let quarantine = r.quarantine {
+            members.append(
+                (
+                    "quarantine",
+                    [
+                        "reason": .string(quarantine.reason), "channel": .string(quarantine.channel.rawValue),
+                        "time": .string(Timestamp.rfc3339(quarantine.at)),
+                    ]
+                ))
+        }
+        return .object(members)
+    }
+
+    /// A history entry with only the subject's own user ID in clear.
+    static func only(_ userID: String, _ e: BindingEvent) -> BindingEvent {
+        BindingEvent(
+            fid: e.fid, action: e.action, userID: e.userID == userID ? e.userID : nil, userHash: e.userHash,
+            previousUserID: e.previousUserID == userID ? e.previousUserID : nil, previousUserHash: e.previousUserHash,
+            at: e.at)
+    }
+
+    static func json(_ e: BindingEvent) -> JSONValue {
+        [
+            "fid": .string(e.fid), "action": .string(e.action.rawValue), "userId": e.userID.map { .string($0) } ?? .null,
+            "previousUserId": e.previousUserID.map { .string($0) } ?? .null, "time": .string(Timestamp.rfc3339(e.at)),
+        ]
+    }
+
+    /// A feed event; in a person's export, any other person's user ID in it is left out.
+    static func json(_ e: FeedEvent, onlyUser: String?) -> JSONValue {
+        var data = e.data
+        if let onlyUser, case let .object(fields)? = data {
+            data = .object(
+                fields.map { name, value in
+                    (name == "userId" || name == "previousUserId") && value.stringValue != onlyUser
+                        ? (name, .null) : (name, value)
+                })
+        }
+        return [
+            "sequence": e.sequence > 0 ? .string(String(e.sequence)) : .null, "type": .string(e.type.rawValue),
+            "time": .string(Timestamp.rfc3339(e.time)), "data": data ?? .null,
+        ]
+    }
+}
