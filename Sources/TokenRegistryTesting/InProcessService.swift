@@ -7,9 +7,22 @@ import Synchronization
 
 /// What an ``InProcessService`` answered, by route: which routes a test reached, and with what.
 public final class Exchanges: Sendable {
-    private let log = Mutex<[(route: String, status: Int)]>([])
+    private let log = Mutex<[Exchange]>([])
 
-    func record(route: String, status: Int) { log.withLock { $0.append((route, status)) } }
+    /// One request answered: its route, status, request id, and whether it carried a server credential (a bearer).
+    public struct Exchange: Sendable {
+        public let route: String
+        public let status: Int
+        public let requestID: String
+        public let bearer: Bool
+    }
+
+    func record(route: String, status: Int, requestID: String = "", bearer: Bool = false) {
+        log.withLock { $0.append(Exchange(route: route, status: status, requestID: requestID, bearer: bearer)) }
+    }
+
+    /// Every request answered, in order.
+    public var all: [Exchange] { log.withLock { $0 } }
 
     /// `"METHOD template"` of every route answered with `status` in `statuses`.
     public func routes(answered statuses: ClosedRange<Int>) -> Set<String> {
@@ -84,7 +97,11 @@ public struct InProcessService: Sendable {
             response = await app.responder.respond(to: request)
         }
         if let route = app.responder.route(method: method, path: request.path) {
-            exchanges.record(route: "\(route.method) \(route.template)", status: response.status)
+            exchanges.record(
+                route: "\(route.method) \(route.template)", status: response.status,
+                requestID: response.headers["x-request-id"] ?? "",
+                bearer: request.headers["authorization"]?.lowercased().hasPrefix("bearer ") == true
+                    || request.headers["authorization"]?.lowercased().hasPrefix("key=") == true)
         }
         return Reply(
             raw: RawResponse(

@@ -19,6 +19,40 @@ struct EveryRouteTests {
         }
     }
 
+    /// Every route through which a server credential can change state declares its audit entry, and each such call of
+    /// the walk above appended one (found by its request id), whatever it answered; the chain then verifies.
+    @Test func everyStateChangingServerRouteWritesAnAuditEntry() async throws {
+        try await World.with { w in
+            try await Self.exerciseEveryRoute(w)
+            let audit = w.s.app.services.audit
+            try await audit.chain()
+            var recorded: Set<String> = []
+            for project in try await audit.projects() {
+                for entry in try await audit.entries(projectID: project, afterSeq: 0, limit: 100_000) {
+                    recorded.insert(entry.requestID)
+                    #expect(!entry.actor.isEmpty && !entry.actor.contains(w.s.serverKey))
+                }
+                let report = try await audit.verify(projectID: project)
+                #expect(report.intact, "\(report.problems)")
+            }
+            // Reads that take a body: they change nothing.
+            let reads: Set<String> = ["POST /v1/projects/{project}/targets:resolve"]
+            let exchanges = w.s.exchanges.all
+            for route in w.s.app.routeTable {
+                let key = "\(route.method) \(route.template)"
+                guard route.credentials.contains(.serverKey) || route.credentials.contains(.serverKeyOfAnyProject),
+                    route.method != "GET" || route.audit != nil, !reads.contains(key)
+                else { continue }
+                #expect(route.audit != nil, "\(key) changes state with a server credential and declares no audit entry")
+                let calls = exchanges.filter { $0.route == key && $0.bearer }
+                #expect(!calls.isEmpty, "\(key) was not called with a server credential")
+                for call in calls {
+                    #expect(recorded.contains(call.requestID), "\(key) (\(call.status)) wrote no audit entry")
+                }
+            }
+        }
+    }
+
     /// One success of each route, in an order where each finds what it needs.
     static func exerciseEveryRoute(_ w: World) async throws {
         let s = w.s
@@ -157,6 +191,30 @@ struct EveryRouteTests {
             ])
         try await w.ok("GET", "\(base)/hygiene", headers: w.server)
         try await w.ok("POST", "\(base)/hygiene/breakers/fcm:clear", headers: w.server, json: [:])
+        // People: a binding, the installation reading its own, a user, a person as a target, both exports, a logout, the
+        // person's erasure and its receipt, and the audit log.
+        let person = try await s.createInstallation()
+        try await w.ok("PUT", "\(base)/installations/\(person.fid)/user", headers: w.server, json: ["userId": "user-42"])
+        try await w.ok("GET", "\(base)/installations/\(person.fid)/user", headers: w.fis(person))
+        try await w.ok("GET", "\(base)/users/user-42", headers: w.server)
+        try await w.ok("POST", "\(base)/targets:resolve", headers: w.server, json: ["users": ["user-42"]])
+        try await w.ok("GET", "\(base)/users/user-42:export", headers: w.server)
+        try await w.ok("GET", "\(base)/installations/\(person.fid):export", headers: w.server)
+        try await w.ok("DELETE", "\(base)/installations/\(person.fid)/user", headers: w.server)
+        try await w.ok("PUT", "\(base)/installations/\(person.fid)/user", headers: w.server, json: ["userId": "user-42"])
+        let erased = try await w.ok("POST", "\(base)/users/user-42:erase", headers: w.server)
+        let erasure = try #require(erased.json?["erasureId"]?.stringValue)
+        try await w.ok("GET", "\(base)/erasures/\(erasure)", headers: w.server)
+        // The routes an installation and a backend share, with the backend's credential.
+        let shared = try await s.createInstallation()
+        try await w.ok(
+            "PUT", "\(base)/installations/\(shared.fid)/consent", headers: w.server, json: ["autoInitEnabled": true])
+        try await w.ok(
+            "PUT", "\(base)/installations/\(shared.fid)/registration", headers: w.server,
+            json: ["token": .string(shared.fid + ":shared-token"), "platform": "android"])
+        try await w.ok("DELETE", "\(base)/registrations/\(shared.fid):shared-token", headers: w.server)
+        try await w.ok("DELETE", "\(base)/installations/\(shared.fid)", headers: w.server)
+        try await w.ok("GET", "\(base)/auditLog", headers: w.server)
         // Last, what removes: the registration, by its installation.
         try await w.ok("DELETE", "\(base)/registrations/\(token)", headers: w.fis(i))
     }

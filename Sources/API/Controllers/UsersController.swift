@@ -21,7 +21,7 @@ struct UsersController {
         // The installation may read its own binding, never set it.
         routes.add(
             .GET, binding, .either(.serverKey, when: { $0.hasBearer }, otherwise: .installationToken(owning: "fid")),
-            browser: true, read)
+            read)
         routes.add(.GET, "/v1/projects/{project}/users/{userId}", .serverKey, user)
         routes.add(.POST, "/v1/projects/{project}/users/{userId}:erase", .serverKey, audit: .user("users.erase"), erase)
         routes.add(.GET, "/v1/projects/{project}/erasures/{erasureId}", .serverKey, receipt)
