@@ -32,13 +32,15 @@ struct DomainFixture {
     /// Runs `body` on fresh stores of `kind` (a throwaway database for PostgreSQL, dropped afterwards).
     ///
     /// - Parameter databaseTime: the jobs read the store's clock (as in production) instead of the fixture's.
-    static func with(_ kind: StoreKind, databaseTime: Bool = false, _ body: (DomainFixture) async throws -> Void)
-        async throws
-    {
+    static func with(
+        _ kind: StoreKind, databaseTime: Bool = false, userPolicy: UserPolicy = UserPolicy(),
+        _ body: (DomainFixture) async throws -> Void
+    ) async throws {
         switch kind {
         case .memory:
             try await body(
-                try await DomainFixture(databaseTime: databaseTime, stores: { InMemoryStores(clock: $0).stores }))
+                try await DomainFixture(
+                    databaseTime: databaseTime, userPolicy: userPolicy, stores: { InMemoryStores(clock: $0).stores }))
         case .postgres:
             let conninfo = try await TestDatabase.create()
             try await Schema.migrator.migrate(conninfo: conninfo)
@@ -48,7 +50,8 @@ struct DomainFixture {
                 try await PostgresRegistry.prepare(pool: pool, box: box)
                 try await body(
                     try await DomainFixture(
-                        databaseTime: databaseTime, stores: { _ in PostgresRegistry.stores(pool: pool, box: box) }))
+                        databaseTime: databaseTime, userPolicy: userPolicy,
+                        stores: { _ in PostgresRegistry.stores(pool: pool, box: box) }))
             } catch {
                 pool.close()
                 await TestDatabase.drop(conninfo)
@@ -59,13 +62,13 @@ struct DomainFixture {
         }
     }
 
-    private init(databaseTime: Bool, stores: (any WallClock) -> RegistryStores) async throws {
+    private init(databaseTime: Bool, userPolicy: UserPolicy, stores: (any WallClock) -> RegistryStores) async throws {
         // A jobs run delivers until nothing is due, however slowly a busy test machine runs it.
         var policy = DeletionPolicy()
         policy.deliveryRunBudget = 300
         services = try await RegistryServices.make(
             stores: stores(clock), clock: clock, freshness: Freshness(staleDays: 30, expireDays: 270), policy: policy,
-            transport: transport, resolver: StaticResolver(), jobTime: databaseTime ? .database : .explicit(clock))
+            userPolicy: userPolicy, transport: transport, resolver: StaticResolver(), jobTime: databaseTime ? .database : .explicit(clock))
         _ = try await services.catalog.createProject(id: project.id, number: project.number)
         web = try await services.catalog.createApp(
             project: project, platform: .web, bundleID: nil, autoInitDefault: true)
