@@ -174,7 +174,12 @@ public struct UserService: Sendable {
     /// - Throws: `.notFound` for no such installation.
     public func unbind(project: Project, fid: String) async throws -> UserBinding? {
         try await requireInstallation(project: project, fid: fid)
-        return try await store.unbind(projectID: project.id, fid: fid, at: clock.now())
+        guard let removed = try await store.unbind(projectID: project.id, fid: fid, at: clock.now()) else {
+            // Nothing was bound, or the installation went while the unbind waited (an erasure of its user).
+            try await requireInstallation(project: project, fid: fid)
+            return nil
+        }
+        return removed
     }
 
     public func binding(project: Project, fid: String) async throws -> UserBinding? {
