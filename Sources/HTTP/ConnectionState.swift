@@ -26,6 +26,8 @@ struct ConnectionState {
         case reading(since: UInt64)
         /// A request is with its handler; the next one waits, so answers keep request order.
         case handling(InFlight)
+        /// The head of a streamed answer is sent; its body is on its way. Nothing else is dispatched meanwhile.
+        case streaming(InFlight, keepAlive: Bool)
         /// The answer that ends the connection is queued: once it is written, linger or close.
         case closing
         /// The write side is shut; what the client still sends is read and dropped until `until`, or its end.
@@ -49,7 +51,14 @@ struct ConnectionState {
     init(now: UInt64) { lastActivity = now }
 
     var isHandling: Bool {
-        if case .handling = phase { return true }
+        switch phase {
+        case .handling, .streaming: return true
+        default: return false
+        }
+    }
+
+    var isStreaming: Bool {
+        if case .streaming = phase { return true }
         return false
     }
 
@@ -66,7 +75,7 @@ struct ConnectionState {
     func mayDispatch(pendingOutput: Int, maxPendingOutput: Int) -> Bool {
         switch phase {
         case .idle, .reading: return pendingOutput < maxPendingOutput
-        case .handling, .closing, .lingering: return false
+        case .handling, .streaming, .closing, .lingering: return false
         }
     }
 
@@ -85,7 +94,7 @@ struct ConnectionState {
         switch phase {
         case .lingering: return .drop
         case .idle: phase = .reading(since: now)
-        case .reading, .handling, .closing: break
+        case .reading, .handling, .streaming, .closing: break
         }
         return .parse
     }
@@ -129,6 +138,30 @@ struct ConnectionState {
     }
 
     /// An answer was queued behind `alreadyPending` unsent bytes: a write period starts when the output was empty.
+    /// The head of a streamed answer goes out: as ``answered(closeRequested:draining:)``, but the connection stays busy
+    /// until ``streamEnded()``. HTTP/1.0 has no chunks: its body ends with the connection.
+    mutating func streamStarted(closeRequested: Bool, draining: Bool) -> (InFlight, keepAlive: Bool)? {
+        guard case let .handling(request) = phase else { return nil }
+        let keepAlive =
+            request.keepAlive && !draining && !peerClosed && !closeRequested && request.version == .http1_1
+        phase = .streaming(request, keepAlive: keepAlive)
+        return (request, keepAlive)
+    }
+
+    /// The streamed body is complete: whether the connection stays open for the next request; nil when no stream was
+    /// under way.
+    mutating func streamEnded() -> Bool? {
+        guard case let .streaming(_, keepAlive) = phase else { return nil }
+        phase = keepAlive ? .idle : .closing
+        return keepAlive
+    }
+
+    /// The streamed answer's request, while one is under way.
+    var streamingRequest: InFlight? {
+        if case let .streaming(request, _) = phase { return request }
+        return nil
+    }
+
     mutating func queued(alreadyPending: Int, now: UInt64) {
         guard alreadyPending == 0 else { return }
         writePeriodStart = now

@@ -37,6 +37,7 @@ extension EventLoop {
             } else if n < 0 && errno == EINTR {
                 continue
             } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                releaseStreamWriter(connection)
                 if resume, connection.pendingOutput < core.configuration.maxPendingOutputBytes {
                     process(connection, now: now)
                     guard connections[connection.fd] === connection else { return }
@@ -51,6 +52,7 @@ extension EventLoop {
         connection.output.removeAll(keepingCapacity: connection.output.capacity <= 64 * 1024)
         connection.outputOffset = 0
         connection.state.drained(now: now)
+        releaseStreamWriter(connection)
         if resume, connection.parser.bufferedBytes > 0,
             connection.state.mayDispatch(pendingOutput: 0, maxPendingOutput: core.configuration.maxPendingOutputBytes)
         {
@@ -96,6 +98,7 @@ extension EventLoop {
     func closeConnection(_ connection: HTTPConnection) {
         assertOnLoop()
         guard connections.removeValue(forKey: connection.fd) != nil else { return }
+        failStreamWriter(connection)
         core.pendingOutputBytes.subtract(connection.pendingOutput, ordering: .relaxed)
         connection.output = []
         connection.outputOffset = 0

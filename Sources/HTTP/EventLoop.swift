@@ -14,10 +14,18 @@ import Synchronization
 public final class EventLoop: @unchecked Sendable {
     enum Command { case drain, stop }
 
-    private struct Completion {
+    struct Completion {
+        enum Kind {
+            case response(HTTPResponse)
+            /// A piece of a streamed body, and the writer waiting for room to send the next.
+            case chunk([UInt8], CheckedContinuation<Void, any Error>)
+            /// The streamed body is complete, or its producer failed (then the connection is cut).
+            case end(failed: Bool)
+        }
+
         let fd: Int32
         let id: UInt64
-        let response: HTTPResponse
+        let kind: Kind
     }
 
     let core: HTTPServer.Core
@@ -29,7 +37,9 @@ public final class EventLoop: @unchecked Sendable {
     private let wakeHandle: Mutex<Int32>
     private var listenFD: Int32
     var connections: [Int32: HTTPConnection] = [:]
-    private let inbox = Mutex<[Completion]>([])
+    let inbox = Mutex<[Completion]>([])
+    /// Streamed bodies' writers waiting for their connection's unsent output to fall below its bound, by connection id.
+    var streamWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
     private let commands = Mutex<[Command]>([])
     /// Jobs of handler tasks that prefer this loop as their executor (see ``dispatch(_:on:)``), and whether the
     /// loop has stopped (then jobs run on Dispatch instead).
@@ -85,13 +95,16 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     /// Posts a handler's response; called from the handler's task.
-    func complete(fd: Int32, id: UInt64, response: HTTPResponse) {
+    func complete(fd: Int32, id: UInt64, response: HTTPResponse) { post(Completion(fd: fd, id: id, kind: .response(response))) }
+
+    /// Posts a completion from a handler's task (see ``complete(fd:id:response:)``).
+    func post(_ completion: Completion) {
         // Only the first completion into an empty inbox needs a wake-up: the loop drains the whole inbox after
         // reading the eventfd, so later ones ride along (one syscall per batch instead of one per response). None
         // is needed on the loop's own thread: it checks its inbox before it next waits (``hasLocalWork``).
         let wasEmpty = inbox.withLock { items -> Bool in
             let empty = items.isEmpty
-            items.append(Completion(fd: fd, id: id, response: response))
+            items.append(completion)
             return empty
         }
         if wasEmpty && !isCurrent { wake() }
@@ -328,6 +341,7 @@ public final class EventLoop: @unchecked Sendable {
         Task(executorPreference: self) {
             let response = await handler(request)
             self.complete(fd: fd, id: id, response: response)
+            if let stream = response.stream, request.method != "HEAD" { await self.produce(stream, fd: fd, id: id) }
         }
     }
 
@@ -337,15 +351,26 @@ public final class EventLoop: @unchecked Sendable {
             defer { items.removeAll() }; return items
         }
         for completion in completions {
+            let response: HTTPResponse
+            switch completion.kind {
+            case let .response(answer): response = answer
+            case let .chunk(bytes, writer):
+                streamed(bytes, writer: writer, fd: completion.fd, id: completion.id, now: now)
+                continue
+            case let .end(failed):
+                endStream(fd: completion.fd, id: completion.id, failed: failed, now: now)
+                continue
+            }
             core.inFlightRequests.subtract(1, ordering: .relaxed)
             // The connection may have closed and its descriptor been reused: match the id, not just the fd.
-            guard let connection = connections[completion.fd], connection.id == completion.id,
-                let (request, keepAlive) = connection.state.answered(
-                    closeRequested: completion.response.headers["connection"]?.lowercased() == "close",
-                    draining: draining)
+            guard let connection = connections[completion.fd], connection.id == completion.id else { continue }
+            let closeRequested = response.headers["connection"]?.lowercased() == "close"
+            if response.stream != nil, connection.state.streamingRequest == nil {
+                if startStream(response, on: connection, closeRequested: closeRequested, now: now) { continue }
+            }
+            guard let (request, keepAlive) = connection.state.answered(closeRequested: closeRequested, draining: draining)
             else { continue }
-            let bytes = completion.response.serialized(
-                version: request.version, keepAlive: keepAlive, omitBody: request.isHead)
+            let bytes = response.serialized(version: request.version, keepAlive: keepAlive, omitBody: request.isHead)
             enqueue(bytes, on: connection, now: now)
             if connections[completion.fd] === connection, !connection.state.closesAfterWrite {
                 process(connection, now: now)

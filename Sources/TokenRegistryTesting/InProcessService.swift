@@ -106,7 +106,7 @@ public struct InProcessService: Sendable {
         return Reply(
             raw: RawResponse(
                 status: response.status, headers: response.headers.fields,
-                body: method == "HEAD" ? [] : response.body))
+                body: method == "HEAD" ? [] : (try await response.collectedBody())))
     }
 
     public func request(_ method: String, _ path: String, headers: [String: String] = [:], json: JSONValue)

@@ -104,9 +104,24 @@ public final class RawHTTPClient: @unchecked Sendable {
                         String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
                     )
                 }
+                func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name }?.1 }
+                if !headRequest, status != 100, header("transfer-encoding")?.lowercased() == "chunked" {
+                    pending.removeFirst(end + 4)
+                    guard let body = try readChunks() else { return nil }
+                    return RawResponse(status: status, headers: headers, body: body)
+                }
+                if !headRequest, status != 100, header("content-length") == nil,
+                    header("connection")?.lowercased() == "close"
+                {
+                    // Delimited by the close (a streamed answer to HTTP/1.0).
+                    while try fill() {}
+                    let body = Array(pending[(end + 4)...])
+                    pending.removeAll()
+                    return RawResponse(status: status, headers: headers, body: body)
+                }
                 let length =
                     headRequest || status == 100
-                    ? 0 : Int(headers.first { $0.0.lowercased() == "content-length" }?.1 ?? "0") ?? 0
+                    ? 0 : Int(header("content-length") ?? "0") ?? 0
                 while pending.count < end + 4 + length {
                     guard try fill() else { return nil }
                 }
@@ -116,6 +131,25 @@ public final class RawHTTPClient: @unchecked Sendable {
                 return RawResponse(status: status, headers: headers, body: body)
             }
             guard try fill() else { return nil }
+        }
+    }
+
+    /// A chunked body, decoded; nil when the connection ends before its last chunk (a cut body).
+    private func readChunks() throws -> [UInt8]? {
+        var body: [UInt8] = []
+        while true {
+            var lineEnd: Int?
+            while lineEnd == nil {
+                lineEnd = pending.indices.dropLast().first { pending[$0] == 13 && pending[$0 + 1] == 10 }
+                if lineEnd == nil { guard try fill() else { return nil } }
+            }
+            let sizeText = String(decoding: pending[0..<lineEnd!], as: UTF8.self).split(separator: ";").first ?? ""
+            guard let size = Int(sizeText.trimmingCharacters(in: .whitespaces), radix: 16) else { return nil }
+            let start = lineEnd! + 2
+            while pending.count < start + size + 2 { guard try fill() else { return nil } }
+            body.append(contentsOf: pending[start..<(start + size)])
+            pending.removeFirst(start + size + 2)
+            if size == 0 { return body }
         }
     }
 

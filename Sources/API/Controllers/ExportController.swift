@@ -20,18 +20,27 @@ struct ExportController {
             audit: .installation("installations.export"), installation)
     }
 
+    /// Streamed: the head, then one installation at a time (each read as it is written), then the person's history
+    /// and erasures. What fails before the head is answered as an error; what fails after it cuts the body short.
     func user(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let userID = context.parameter("userId")
         try UserService.validate(userID: userID)
-        let export = try await exports.user(project: caller.project, userID: userID)
-        return .json(
-            document(
-                project: caller.project, subject: ["type": "user", "userId": .string(userID)],
-                installations: export.installations.map { Self.json($0, onlyUser: userID) },
-                extra: [
-                    ("userHistory", .array(export.history.map(Self.json))),
-                    ("erasures", .array(export.erasures.map { UsersController.json($0, project: caller.project) })),
-                ]))
+        let project = caller.project
+        let outline = try await exports.user(outline: project, userID: userID)
+        let exports = exports
+        return document(
+            project: project, subject: ["type": "user", "userId": .string(userID)],
+            installations: { write in
+                for fid in outline.fids {
+                    if let export = try await exports.installation(project: project, fid: fid) {
+                        try await write(Self.json(export, onlyUser: userID))
+                    }
+                }
+            },
+            after: [
+                ("userHistory", .array(outline.history.map(Self.json))),
+                ("erasures", .array(outline.erasures.map { UsersController.json($0, project: project) })),
+            ])
     }
 
     func installation(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
@@ -39,21 +48,41 @@ struct ExportController {
         guard let export = try await exports.installation(project: caller.project, fid: fid) else {
             throw APIError.notFound("installation \(fid.prefix(64)) not found")
         }
-        return .json(
-            document(
-                project: caller.project, subject: ["type": "installation", "fid": .string(fid)],
-                installations: [Self.json(export, onlyUser: nil)], extra: []))
+        return document(
+            project: caller.project, subject: ["type": "installation", "fid": .string(fid)],
+            installations: { write in try await write(Self.json(export, onlyUser: nil)) }, after: [])
     }
 
+    /// The document, streamed: its head members, `installations` as `items` writes them, then `after`.
     private func document(
-        project: Project, subject: JSONValue, installations: [JSONValue], extra: [(String, JSONValue)]
-    ) -> JSONValue {
-        .object(
-            [
-                ("schema", .string(ExportService.schemaVersion)), ("project", .string(project.id)),
-                ("exportTime", .string(Timestamp.rfc3339(clock.now()))), ("subject", subject),
-                ("installations", .array(installations)),
-            ] + extra)
+        project: Project, subject: JSONValue,
+        installations items: @escaping @Sendable (_ write: (JSONValue) async throws -> Void) async throws -> Void,
+        after: [(String, JSONValue)]
+    ) -> HTTPResponse {
+        let head: [(String, JSONValue)] = [
+            ("schema", .string(ExportService.schemaVersion)), ("project", .string(project.id)),
+            ("exportTime", .string(Timestamp.rfc3339(clock.now()))), ("subject", subject),
+        ]
+        func members(_ list: [(String, JSONValue)]) -> [UInt8] {
+            var out: [UInt8] = []
+            for (name, value) in list {
+                out += Array(",".utf8) + JSONValue.string(name).encoded() + Array(":".utf8) + value.encoded()
+            }
+            return out
+        }
+        let opening = Array("{".utf8) + Array(members(head).dropFirst()) + Array(",\"installations\":[".utf8)
+        let closing = Array("]".utf8) + members(after) + Array("}".utf8)
+        var response = HTTPResponse(status: 200, headers: ["content-type": "application/json; charset=utf-8"])
+        response.stream = ResponseBody { writer in
+            try await writer.write(opening)
+            var first = true
+            try await items { item in
+                try await writer.write((first ? [] : Array(",".utf8)) + item.encoded())
+                first = false
+            }
+            try await writer.write(closing)
+        }
+        return response
     }
 
     // MARK: - Masking

@@ -101,12 +101,25 @@ public struct ExportService: Sendable {
 
     /// The person's export: every installation bound to the user now, with all of the above.
     public func user(project: Project, userID: String) async throws -> UserExport {
+        let outline = try await user(outline: project, userID: userID)
         var exports: [InstallationExport] = []
-        for binding in try await users.bindings(project: project, userID: userID) {
-            if let export = try await installation(project: project, fid: binding.fid) { exports.append(export) }
+        for fid in outline.fids {
+            if let export = try await installation(project: project, fid: fid) { exports.append(export) }
         }
         return UserExport(
-            userID: userID, installations: exports, history: try await users.history(project: project, userID: userID),
-            erasures: try await erasures.receipts(project: project, userID: userID))
+            userID: userID, installations: exports, history: outline.history, erasures: outline.erasures)
+    }
+
+    /// What a person's export holds besides its installations' own exports: their FIDs (each read with
+    /// ``installation(project:fid:)`` as the export is written, so it is streamed one installation at a time), the
+    /// binding history naming the person, and the person's erasures.
+    public func user(outline project: Project, userID: String) async throws -> (
+        fids: [String], history: [BindingEvent], erasures: [ErasureReceipt]
+    ) {
+        (
+            try await users.bindings(project: project, userID: userID).map(\.fid),
+            try await users.history(project: project, userID: userID),
+            try await erasures.receipts(project: project, userID: userID)
+        )
     }
 }
