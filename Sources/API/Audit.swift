@@ -15,14 +15,14 @@ public struct Audit: Sendable {
     }
 
     /// Acts on the installation a registration path parameter names, by FID or by one of its tokens: a token that
-    /// carries its FID names that installation; any other (APNs, web push) is named by its SHA-256 only, never in
+    /// carries its FID names that installation; any other (APNs, web push) is named by a keyed hash only, never in
     /// clear (a token is a sendable credential).
     public static func registration(_ action: String, _ parameter: String = "registration") -> Audit {
         Audit(action: action) { context in
             let value = context.parameter(parameter)
             if Identifiers.isValidFID(value) { return .installation(value) }
             if let fid = RegistrationToken.fid(of: value) { return .installation(fid) }
-            return .resource("registrations/sha256:" + Hex.encode(SHA256.hash(value)))
+            return .token(value)
         }
     }
 

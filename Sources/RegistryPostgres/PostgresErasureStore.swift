@@ -48,9 +48,10 @@ struct PostgresErasureStore: ErasureStore {
                 UPDATE user_binding_history SET previous_user_id = NULL
                 WHERE project_id = \(r.projectID) AND previous_user_hmac = \(hash) AND previous_user_id IS NOT NULL
                 """)
-            // The feed's user events of installations that stay (a device the user left) name the user too.
+            // The feed's user events of installations that stay (a device the user left) name the user too. The
+            // outbox first: an event the relay moves meanwhile is in `events` by the time that is read.
             let types = TextArray([EventType.userBound, .userMoved, .userUnbound].map(\.rawValue))
-            for table in ["events", "event_outbox"] {
+            for table in ["event_outbox", "events"] {
                 try await c.query(
                     PostgresQuery(
                         unsafeSQL: """

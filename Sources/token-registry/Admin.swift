@@ -58,10 +58,11 @@ enum Admin {
             }
             return try await withApplication { app in
                 let key = try await app.catalog.createProject(id: id, number: number)
-                try await AuditCommand.record(app, projectID: id, action: "projects.create", target: .resource("project"))
+                // The key is shown first: it exists now, and an entry that cannot be written must not lose it.
                 printJSON([
                     "projectId": .string(id), "projectNumber": .string(String(number)), "serverKey": .string(key),
                 ])
+                try await AuditCommand.record(app, projectID: id, action: "projects.create", target: .resource("project"))
                 return 0
             }
         case "rotate-server-key":
@@ -224,6 +225,11 @@ extension Admin {
         return try await withApplication(clock: clock) { app in
             let done = try await app.jobs.runAll()
             printJSON(.object(done.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) }))
+            // A run at a time of the operator's choosing can expire and purge what the real clock would not yet.
+            if let text = arguments.options["now"] {
+                try await AuditCommand.record(
+                    app, projectID: AuditCommand.deploymentChain, action: "jobs.runAt", target: .resource("jobs/" + text))
+            }
             return 0
         }
     }
@@ -285,9 +291,6 @@ extension Admin {
                 throw CLIError("no project \(reference)")
             }
             let file = try await app.services.serviceAccounts.create(project: project, baseURL: base)
-            try await AuditCommand.record(
-                app, projectID: project.id, action: "serviceAccounts.create",
-                target: .resource("serviceAccounts/" + (file["private_key_id"]?.stringValue ?? "")))
             let bytes = file.encoded() + [UInt8(ascii: "\n")]
             let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
             guard n == bytes.count, fsync(fd) == 0 else { throw CLIError("cannot write \(out)") }
@@ -296,6 +299,9 @@ extension Admin {
                 "file": .string(out), "privateKeyId": file["private_key_id"] ?? .null,
                 "clientEmail": file["client_email"] ?? .null, "tokenUri": file["token_uri"] ?? .null,
             ])
+            try await AuditCommand.record(
+                app, projectID: project.id, action: "serviceAccounts.create",
+                target: .resource("serviceAccounts/" + (file["private_key_id"]?.stringValue ?? "")))
             return 0
         }
     }

@@ -77,7 +77,8 @@ enum AuditCommand {
     static func json(_ e: AuditEntry) -> JSONValue {
         [
             "projectId": .string(e.projectID), "seq": .string(String(e.seq)), "time": .string(Timestamp.rfc3339(e.at)),
-            "action": .string(e.action), "target": e.target.map { .string($0) } ?? .null,
+            "timeMicros": .string(String(e.atMicros)), "action": .string(e.action),
+            "target": e.target.map { .string($0) } ?? .null, "subject": .bool(e.subject),
             "targetDigest": .string(Hex.encode(e.targetDigest)), "actor": .string(e.actor),
             "requestId": .string(e.requestID), "outcome": .string(e.outcome),
             "previousHash": .string(Hex.encode(e.previousHash)), "hash": .string(Hex.encode(e.hash)),

@@ -203,6 +203,16 @@ struct ProcessTests {
         await #expect(throws: (any Error).self) {
             try await ServiceProcess.command(["breaker", "clear", "--id", "cli-proj", "--channel", "sms"], environment: env)
         }
+        // Each of the CLI's actions on the project is in its audit log, by the operating-system user; the chain holds.
+        let entries = try await ServiceProcess.command(["audit", "list", "--id", "cli-proj"], environment: env)
+            .split(separator: "\n").map { try JSONParser.parse(Array($0.utf8)) }
+        #expect(
+            entries.compactMap { $0["action"]?.stringValue }
+                == ["projects.create", "apps.create", "serviceAccounts.create", "serviceAccounts.revoke"], "\(entries)")
+        #expect(entries.allSatisfy { $0["actor"]?.stringValue?.hasPrefix("cli:") == true })
+        let verified = try JSONParser.parse(
+            try await ServiceProcess.command(["audit", "verify", "--id", "cli-proj"], environment: env))
+        #expect(verified["intact"] == true && verified["checked"]?.int64Value == 4, "\(verified)")
     }
 
     /// A start-up failure is one line on standard error and a non-zero exit, never a Foundation error's dump: no

@@ -37,8 +37,10 @@ struct AuditController {
 
     static func json(_ e: AuditEntry) -> JSONValue {
         [
-            "seq": .string(String(e.seq)), "time": .string(Timestamp.rfc3339(e.at)), "action": .string(e.action),
+            "projectId": .string(e.projectID), "seq": .string(String(e.seq)), "time": .string(Timestamp.rfc3339(e.at)),
+            "timeMicros": .string(String(e.atMicros)), "action": .string(e.action),
             "target": e.target.map { .string($0) } ?? .null, "targetDigest": .string(Hex.encode(e.targetDigest)),
+            "subject": .bool(e.subject),
             "actor": .string(e.actor), "requestId": .string(e.requestID), "outcome": .string(e.outcome),
             "previousHash": .string(Hex.encode(e.previousHash)), "hash": .string(Hex.encode(e.hash)),
         ]

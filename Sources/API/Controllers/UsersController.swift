@@ -56,8 +56,13 @@ struct UsersController {
             _ = try await users.requireInstallation(project: project, fid: context.parameter("fid"))
         case let .second(installation): project = installation.project
         }
-        guard let binding = try await users.binding(project: project, fid: context.parameter("fid")) else {
-            throw APIError.notFound("installation \(context.parameter("fid").prefix(64)) has no user")
+        let fid = context.parameter("fid")
+        guard let binding = try await users.binding(project: project, fid: fid) else {
+            return .json(
+                [
+                    "name": .string("projects/\(project.id)/installations/\(fid)/user"), "fid": .string(fid),
+                    "userId": .null, "bindTime": .null,
+                ])
         }
         return .json(Self.json(binding, project: project))
     }

@@ -7,6 +7,9 @@ public enum AuditTarget: Sendable, Equatable {
     case installation(String)
     /// A person, by the app's user ID: a data subject, cleared from the log when the person's erasure is purged.
     case user(String)
+    /// A push token that carries no FID (APNs, web push): named by a keyed hash of it, never in clear (a token is a
+    /// sendable credential), so no entry can be matched against a token from elsewhere.
+    case token(String)
     /// Anything else: a project, an app, a key, a linked service, a topic.
     case resource(String)
 
@@ -14,13 +17,16 @@ public enum AuditTarget: Sendable, Equatable {
         switch self {
         case let .installation(fid): return "installations/" + fid
         case let .user(id): return "users/" + id
+        case .token: return "registrations/token"
         case let .resource(name): return name
         }
     }
 
     public var isSubject: Bool {
-        if case .resource = self { return false }
-        return true
+        switch self {
+        case .installation, .user: return true
+        case .token, .resource: return false
+        }
     }
 }
 
@@ -192,8 +198,15 @@ public struct AuditService: Sendable {
         switch target {
         case let .installation(fid): return hasher.hash(projectID: projectID, fid: fid)
         case let .user(id): return hasher.hash(projectID: projectID, fid: "user:" + id)
+        case .token: return SHA256.hash(text(projectID: projectID, target))
         case let .resource(name): return SHA256.hash(name)
         }
+    }
+
+    /// What an entry says of `target`: a token as `registrations/token:<24 hex digits of its keyed hash>`.
+    func text(projectID: String, _ target: AuditTarget) -> String {
+        guard case let .token(token) = target else { return target.text }
+        return "registrations/token:" + Hex.encode(hasher.hash(projectID: projectID, fid: "token:" + token).prefix(12))
     }
 
     /// Appends one entry.
@@ -202,7 +215,7 @@ public struct AuditService: Sendable {
     ) async throws {
         try await store.append(
             AuditRecord(
-                projectID: projectID, at: clock.now(), action: action, target: target.text,
+                projectID: projectID, at: clock.now(), action: action, target: text(projectID: projectID, target),
                 targetDigest: digest(projectID: projectID, target), subject: target.isSubject, actor: actor,
                 requestID: requestID, outcome: outcome))
     }

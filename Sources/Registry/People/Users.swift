@@ -148,6 +148,10 @@ public struct UserService: Sendable {
         guard Identifiers.isPlainText(userID), !userID.utf8.contains(0) else {
             throw RegistryError.invalid(field, "must not contain control characters")
         }
+        // The paths' custom verbs: `/users/<id>:export` could never name a user whose ID ends so.
+        guard !userID.hasSuffix(":erase"), !userID.hasSuffix(":export") else {
+            throw RegistryError.invalid(field, "must not end in :erase or :export")
+        }
     }
 
     /// The user ID's keyed hash: what erasures and audit entries keep once the clear ID is gone.

@@ -38,6 +38,9 @@ ALTER TABLE deletions DROP CONSTRAINT deletions_reason_check;
 ALTER TABLE deletions ADD CONSTRAINT deletions_reason_check
     CHECK (reason IN ('client', 'server', 'inactivity', 'erasure'));
 
+-- The chainer asks whether an entry's installation is still held (its deletion record kept) by keyed hash.
+CREATE INDEX deletions_fid_hmac ON deletions (project_id, fid_hmac);
+
 -- A person's erasure: known by the user ID's keyed hash only.
 CREATE TABLE erasures (
     project_id   text NOT NULL REFERENCES projects ON DELETE CASCADE,
@@ -145,6 +148,7 @@ DECLARE
     v_seq bigint;
     v_hash bytea;
     v_previous bytea;
+    v_target text;
     v_done int := 0;
     r record;
 BEGIN
@@ -157,13 +161,25 @@ BEGIN
         ON CONFLICT DO NOTHING;
         SELECT head_seq, head_hash INTO v_seq, v_hash FROM audit_chains WHERE project_id = v_project FOR UPDATE;
         FOR r IN SELECT * FROM audit_pending WHERE project_id = v_project ORDER BY id LIMIT p_limit - v_done LOOP
+            -- An entry about a subject already purged (a person whose erasure was scrubbed, an installation whose
+            -- deletion record is gone) keeps its keyed hash only, as the purge would have left it.
+            v_target := r.target;
+            IF r.subject AND (
+                EXISTS (SELECT 1 FROM erasures e WHERE e.project_id = r.project_id AND e.user_hmac = r.target_digest
+                    AND e.scrubbed_at IS NOT NULL)
+                OR (EXISTS (SELECT 1 FROM retired_fids f WHERE f.project_id = r.project_id
+                        AND f.fid_hmac = r.target_digest)
+                    AND NOT EXISTS (SELECT 1 FROM deletions d WHERE d.project_id = r.project_id
+                        AND d.fid_hmac = r.target_digest))) THEN
+                v_target := NULL;
+            END IF;
             v_seq := v_seq + 1;
             v_previous := v_hash;
             v_hash := sha256(v_previous || registry_audit_canonical(r.project_id, v_seq, r.at, r.action,
                 r.target_digest, r.subject, r.actor, r.request_id, r.outcome));
             INSERT INTO audit_log (project_id, seq, at, action, target, target_digest, subject, actor, request_id,
                 outcome, previous_hash, hash)
-            VALUES (r.project_id, v_seq, r.at, r.action, r.target, r.target_digest, r.subject, r.actor, r.request_id,
+            VALUES (r.project_id, v_seq, r.at, r.action, v_target, r.target_digest, r.subject, r.actor, r.request_id,
                 r.outcome, v_previous, v_hash);
             DELETE FROM audit_pending WHERE id = r.id;
             v_done := v_done + 1;

@@ -229,15 +229,22 @@ extension InMemoryStores: AuditStore {
         auditPending.removeFirst(batch.count)
         for r in batch {
             var chain = auditChains[r.projectID] ?? (0, AuditChain.genesis, 0, AuditChain.genesis)
+            // As on PostgreSQL: an entry about a subject already purged keeps its keyed hash only.
+            let purgedSubject =
+                r.subject
+                && (erasures.values.contains { $0.projectID == r.projectID && $0.userHash == r.targetDigest && $0.scrubbed }
+                    || (retired.contains(r.targetDigest)
+                        && !deletions.values.contains { $0.projectID == r.projectID && $0.fidHash == r.targetDigest }))
+            let target: String? = purgedSubject ? nil : r.target
             let unhashed = AuditEntry(
                 projectID: r.projectID, seq: chain.headSeq + 1, at: r.at, atMicros: AuditChain.micros(r.at),
-                action: r.action, target: r.target, targetDigest: r.targetDigest, subject: r.subject, actor: r.actor,
+                action: r.action, target: target, targetDigest: r.targetDigest, subject: r.subject, actor: r.actor,
                 requestID: r.requestID, outcome: r.outcome, previousHash: chain.headHash, hash: [])
             let hash = AuditChain.hash(previous: chain.headHash, unhashed)
             auditLog[r.projectID, default: []].append(
                 AuditEntry(
                     projectID: r.projectID, seq: unhashed.seq, at: r.at, atMicros: unhashed.atMicros, action: r.action,
-                    target: r.target, targetDigest: r.targetDigest, subject: r.subject, actor: r.actor,
+                    target: target, targetDigest: r.targetDigest, subject: r.subject, actor: r.actor,
                     requestID: r.requestID, outcome: r.outcome, previousHash: chain.headHash, hash: hash))
             chain.headSeq = unhashed.seq
             chain.headHash = hash
