@@ -86,7 +86,7 @@ public struct Authenticator: Sendable {
 
     /// A server key as the audit log names it: a fingerprint of its hash (the hash is what the store keeps; a
     /// fingerprint of 12 hex digits identifies the key among a project's few and reveals nothing of it).
-    static func actor(serverKey: String) -> String {
+    public static func actor(serverKey: String) -> String {
         "serverKey:" + Hex.encode(SHA256.hash(serverKey).prefix(6))
     }
 

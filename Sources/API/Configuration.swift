@@ -176,7 +176,7 @@ public struct Configuration: Sendable {
         c.feedbackPolicy.retiredRetention =
             Double(try reader.int("FEEDBACK_RETIRED_RETENTION_DAYS", default: 30, range: 1...3650)) * 86_400
         c.userPolicy.maxInstallationsPerUser = try reader.int(
-            "USER_INSTALLATIONS_LIMIT", default: 100, range: 1...UserPolicy.maxUsersPerResolve)
+            "USER_INSTALLATIONS_LIMIT", default: 100, range: 1...UserPolicy.maxInstallationsLimit)
         if let overflow = env["USER_INSTALLATIONS_OVERFLOW"] {
             guard let value = UserPolicy.Overflow(rawValue: overflow) else {
                 throw ConfigurationError(

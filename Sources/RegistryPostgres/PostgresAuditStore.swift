@@ -8,16 +8,25 @@ struct PostgresAuditStore: AuditStore {
 
     /// One insert, committed with the writes arriving with it (group commit): no lock, so no route waits on the chain.
     func append(_ r: AuditRecord) async throws {
-        _ = try await db.groupCommitted(
-            """
-            INSERT INTO audit_pending (project_id, at, action, target, target_digest, subject, actor, request_id, outcome)
-            VALUES (\(r.projectID), \(r.at), \(r.action), \(r.target), \(ByteA(r.targetDigest)), \(r.subject), \(r.actor),
-                \(r.requestID), \(r.outcome))
-            """, key: "audit")
+        _ = try await db.groupCommitted(Self.insertion(r), key: "audit")
     }
 
-    func chain(limit: Int) async throws -> Int {
-        try await db.query("SELECT registry_audit_chain(\(limit)) AS n").first?.require("n") ?? 0
+    static func insertion(_ r: AuditRecord) -> PostgresQuery {
+        """
+        INSERT INTO audit_pending (project_id, at, action, target, target_digest, subject, actor, request_id, outcome)
+        VALUES (\(r.projectID), \(r.at), \(r.action), \(r.target), \(ByteA(r.targetDigest)), \(r.subject), \(r.actor),
+            \(r.requestID), \(r.outcome))
+        """
+    }
+
+    static func append(_ r: AuditRecord, on c: PostgresConnection) async throws { try await c.query(insertion(r)) }
+
+    func chain(limit: Int, share: Int) async throws -> [AuditHead] {
+        try await db.query("SELECT * FROM registry_audit_chain(\(limit), \(share))").map {
+            AuditHead(
+                projectID: try $0.require("chained_project"), seq: try $0.require("new_head_seq"),
+                hash: try $0.require("new_head_hash", as: ByteA.self).bytes, chained: try $0.require("chained"))
+        }
     }
 
     func chainState(projectID: String) async throws -> AuditChainState? {
@@ -55,7 +64,7 @@ struct PostgresAuditStore: AuditStore {
 
     /// Per project, the entries from the anchor up to the first young one (in chain order: times from several
     /// replicas' clocks are not quite monotonic), then the anchor moves to the last one dropped.
-    func purge(before: Date, limit: Int) async throws -> Int {
+    func purge(before: Date, at: Date, limit: Int) async throws -> Int {
         var dropped = 0
         for row in try await db.query("SELECT project_id FROM audit_chains ORDER BY project_id") {
             let project: String = try row.require("project_id")
@@ -81,6 +90,8 @@ struct PostgresAuditStore: AuditStore {
                         "SELECT hash FROM audit_log WHERE project_id = \(project) AND seq = \(last)"
                     ).first
                 else { return 0 }
+                // The guard (migration 23) lets entries go only in a transaction that says it is this purge.
+                try await c.query("SELECT set_config('registry.audit_purge', 'on', true)::text AS purging")
                 let removed = try await c.query(
                     "DELETE FROM audit_log WHERE project_id = \(project) AND seq > \(anchor) AND seq <= \(last)")
                 try await c.query(
@@ -88,6 +99,7 @@ struct PostgresAuditStore: AuditStore {
                     UPDATE audit_chains SET anchor_seq = \(last), anchor_hash = \(try tail.require("hash", as: ByteA.self))
                     WHERE project_id = \(project)
                     """)
+                try await Self.append(AuditService.purgeRecord(projectID: project, anchorSeq: last, at: at), on: c)
                 return removed.affectedRows
             }
             if dropped >= limit { break }

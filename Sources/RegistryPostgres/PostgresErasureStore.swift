@@ -12,6 +12,14 @@ struct PostgresErasureStore: ErasureStore {
     func erase(_ r: ErasureRequest) async throws -> ErasureRecord {
         try await db.transaction { c in
             try await PostgresUserStore.lockUsers([r.userID], projectID: r.projectID, on: c)
+            // Every installation whose history names the person (bound now, or left), read before any goes: their feed
+            // events are the ones that can name the person too.
+            let named = try await c.query(
+                """
+                SELECT DISTINCT fid FROM user_binding_history WHERE project_id = \(r.projectID)
+                  AND (user_hmac = \(ByteA(r.userHash)) OR previous_user_hmac = \(ByteA(r.userHash)))
+                """
+            ).map { try $0.require("fid", as: String.self) }
             try await c.query(
                 """
                 INSERT INTO erasures (project_id, erasure_id, user_hmac, requested_at, deadline)
@@ -51,13 +59,13 @@ struct PostgresErasureStore: ErasureStore {
             // The feed's user events of installations that stay (a device the user left) name the user too. The
             // outbox first: an event the relay moves meanwhile is in `events` by the time that is read.
             let types = TextArray([EventType.userBound, .userMoved, .userUnbound].map(\.rawValue))
-            for table in ["event_outbox", "events"] {
+            for table in ["event_outbox", "events"] where !named.isEmpty {
                 try await c.query(
                     PostgresQuery(
                         unsafeSQL: """
-                            DELETE FROM \(table) WHERE project_id = $1 AND type = ANY($2::text[])
+                            DELETE FROM \(table) WHERE project_id = $1 AND fid = ANY($4::text[]) AND type = ANY($2::text[])
                               AND (data::jsonb ->> 'userId' = $3 OR data::jsonb ->> 'previousUserId' = $3)
-                            """, binds: [r.projectID, types.postgresText, r.userID]))
+                            """, binds: [r.projectID, types.postgresText, r.userID, TextArray(named).postgresText]))
             }
             guard let record = try await Self.erasure(projectID: r.projectID, id: r.erasureID, on: c)
             else { throw RegistryError(.internal, "the erasure just recorded is missing") }

@@ -15,11 +15,21 @@ struct PostgresUserStore: UserStore, SubjectStore {
     /// The advisory lock class of users (two-key form: it shares no key with the jobs' one-key locks).
     static let lockClass = 7_627_861
 
-    /// Takes the transaction-scoped locks of `users`, in one order.
-    static func lockUsers(_ users: Set<String>, projectID: String, on c: PostgresConnection) async throws {
-        for user in users.sorted() {
-            try await c.query(
-                "SELECT pg_advisory_xact_lock(\(lockClass), hashtext(\(projectID) || E'\\n' || \(user)))::text AS locked")
+    /// How long a request waits for a person's lock before it answers 503 with Retry-After (55P03): a person whose
+    /// lock is held long (a large erasure) never holds connections of everyone else's requests.
+    static let lockWait = "3s"
+
+    /// Takes the transaction-scoped locks of `users`, in the order of their keys (two users whose keys collide share
+    /// one lock; sorting by the key, not the name, keeps the order one).
+    static func lockUsers(_ users: [String], projectID: String, on c: PostgresConnection) async throws {
+        try await c.query("SELECT set_config('lock_timeout', \(lockWait), true)::text AS set")
+        let keys = try await c.query(
+            """
+            SELECT DISTINCT hashtext(\(projectID) || E'\\n' || u) AS k FROM unnest(\(TextArray(users))::text[]) u ORDER BY k
+            """
+        ).map { try $0.require("k", as: Int.self) }
+        for key in keys {
+            try await c.query("SELECT pg_advisory_xact_lock(\(lockClass), \(key)::int)::text AS locked")
         }
     }
 
@@ -34,13 +44,13 @@ struct PostgresUserStore: UserStore, SubjectStore {
         for _ in 0..<8 {
             let attempt: Attempt = try await db.transaction { c in
                 let before = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)?.userID
-                try await Self.lockUsers(Set([r.userID] + (before.map { [$0] } ?? [])), projectID: r.projectID, on: c)
+                try await Self.lockUsers([r.userID] + (before.map { [$0] } ?? []), projectID: r.projectID, on: c)
                 let installation = try await c.query(
                     "SELECT 1 FROM installations WHERE project_id = \(r.projectID) AND fid = \(r.fid) FOR NO KEY UPDATE")
                 guard !installation.isEmpty else { return .done(nil) }
                 let current = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)
-                guard current?.userID == before else { return .raced }
-                if let current, current.userID == r.userID {
+                guard current?.userID.utf8.elementsEqual((before ?? "").utf8) ?? (before == nil) else { return .raced }
+                if let current, current.userID.utf8.elementsEqual(r.userID.utf8) {
                     return .done(BindResult(binding: current, change: .unchanged, displaced: []))
                 }
                 let displaced = try await makeRoom(r, on: c)
@@ -87,6 +97,16 @@ struct PostgresUserStore: UserStore, SubjectStore {
                 .resourceExhausted, "userId: the user has \(limit) installations bound, the most a user may have",
                 field: "userId")
         }
+        // The installations it unbinds are locked first, in FID order, as every writer of an installation locks it
+        // before its rows (a concurrent delete of one either went before or waits: no cycle).
+        try await c.query(
+            """
+            SELECT 1 FROM installations i WHERE (i.project_id, i.fid) IN (
+                SELECT b.project_id, b.fid FROM user_bindings b JOIN installations j USING (project_id, fid)
+                WHERE b.project_id = \(r.projectID) AND b.user_id = \(r.userID)
+                ORDER BY j.last_seen_at, b.fid LIMIT \(count - limit + 1))
+            ORDER BY i.fid FOR NO KEY UPDATE
+            """)
         let victims = try await c.query(
             """
             DELETE FROM user_bindings ub WHERE (ub.project_id, ub.fid) IN (

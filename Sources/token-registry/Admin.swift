@@ -61,6 +61,7 @@ enum Admin {
                 // The key is shown first: it exists now, and an entry that cannot be written must not lose it.
                 printJSON([
                     "projectId": .string(id), "projectNumber": .string(String(number)), "serverKey": .string(key),
+                    "serverKeyFingerprint": .string(Authenticator.actor(serverKey: key)),
                 ])
                 try await AuditCommand.record(app, projectID: id, action: "projects.create", target: .resource("project"))
                 return 0
@@ -71,12 +72,13 @@ enum Admin {
             return try await withProject(arguments) { app, project in
                 let now = Date()
                 let key = try await app.catalog.rotateServerKey(project: project, keepOldFor: keep, at: now)
-                try await AuditCommand.record(
-                    app, projectID: project.id, action: "serverKeys.rotate", target: .resource("serverKeys"))
                 printJSON([
                     "projectId": .string(project.id), "serverKey": .string(key),
+                    "serverKeyFingerprint": .string(Authenticator.actor(serverKey: key)),
                     "oldKeysValidUntil": .string(Timestamp.rfc3339(now.addingTimeInterval(keep))),
                 ])
+                try await AuditCommand.record(
+                    app, projectID: project.id, action: "serverKeys.rotate", target: .resource("serverKeys"))
                 return 0
             }
         case "revoke-server-key":

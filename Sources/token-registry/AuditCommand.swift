@@ -9,10 +9,11 @@ enum AuditCommand {
     static let usage = """
         token-registry audit list --id <project id|number> [--after <seq>] [--limit <n>]
           Prints the project's chained entries after <seq> (default 0), one JSON object a line.
-        token-registry audit verify [--id <project id|number>]
+        token-registry audit verify [--id <project id|number> [--head <seq>:<hex hash>]…]
           Chains what is pending, then checks each project's chain (or the one named) from its anchor to its head:
-          numbering, each previous hash, each hash recomputed, each clear target against its digest. Prints a
-          report a project; exits 1 when any chain does not hold.
+          numbering, each previous hash, each hash recomputed, each clear target against its digest, and each --head
+          (a head the jobs logged as "audit chain head", kept elsewhere) still in the chain. Prints a report a
+          project; exits 1 when any chain does not hold. `-` names the deployment's chain (signing keys, jobs runs).
         """
 
     /// The chain that records actions on the deployment as a whole (signing keys), not on one project.
@@ -40,7 +41,15 @@ enum AuditCommand {
                 return 0
             }
         case "verify":
-            try arguments.allow(["id"])
+            try arguments.allow(["id", "head"])
+            let heads = try (arguments.repeated["head"] ?? []).map { text -> (seq: Int64, hash: [UInt8]) in
+                let parts = text.split(separator: ":")
+                guard parts.count == 2, let seq = Int64(parts[0]), let hash = Hex.decode(String(parts[1])),
+                    hash.count == 32
+                else { throw CLIError("--head must be <seq>:<64 hex digits>, as the jobs log it") }
+                return (seq, hash)
+            }
+            guard heads.isEmpty || arguments.options["id"] != nil else { throw CLIError("--head needs --id") }
             return try await Admin.withApplication { app in
                 try await app.services.audit.chain()
                 let projects: [String]
@@ -51,7 +60,7 @@ enum AuditCommand {
                 }
                 var intact = true
                 for project in projects {
-                    let report = try await app.services.audit.verify(projectID: project)
+                    let report = try await app.services.audit.verify(projectID: project, expected: heads)
                     intact = intact && report.intact
                     printJSON([
                         "projectId": .string(project), "intact": .bool(report.intact), "checked": .int(report.checked),

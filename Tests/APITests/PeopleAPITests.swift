@@ -214,10 +214,23 @@ struct PeopleAPITests {
                 UPDATE audit_log SET seq = 7 - (-seq) WHERE project_id = '\(s.project.id)' AND seq IN (-2, -5)
                 """, "previous hash")
             try await check("DELETE FROM audit_log WHERE project_id = '\(s.project.id)' AND seq = 6", "entries were removed")
-            // The direct edit is refused by the trigger.
-            await #expect(throws: (any Error).self) {
-                try await s.pool.query("UPDATE audit_log SET outcome = 'X' WHERE project_id = \(s.project.id)")
+            // Edits, deletions, truncation and a chain's head moving back are refused while the triggers stand.
+            for sql in [
+                "UPDATE audit_log SET outcome = 'X' WHERE project_id = '\(s.project.id)'",
+                "DELETE FROM audit_log WHERE project_id = '\(s.project.id)' AND seq = 6",
+                "TRUNCATE audit_log", "UPDATE audit_chains SET head_seq = head_seq - 1",
+                "DELETE FROM audit_chains",
+            ] {
+                await #expect(throws: (any Error).self, "\(sql)") { try await conn.execute(sql) }
             }
+            // A head recorded elsewhere (the jobs log each) that the chain no longer has is a rewrite or a cut.
+            let head = try #require(try await audit.state(projectID: s.project.id))
+            #expect(try await audit.verify(projectID: s.project.id, expected: [(head.headSeq, head.headHash)]).intact)
+            let rewritten = try await audit.verify(
+                projectID: s.project.id, expected: [(3, [UInt8](repeating: 7, count: 32))])
+            #expect(rewritten.problems.contains { $0.contains("recorded for it") }, "\(rewritten.problems)")
+            let cut = try await audit.verify(projectID: s.project.id, expected: [(head.headSeq + 5, head.headHash)])
+            #expect(cut.problems.contains { $0.contains("missing") }, "\(cut.problems)")
             // A purge past the retention keeps the rest verifiable from the new anchor.
             clock.advance(by: 401 * 86_400)
             _ = try await s.request(
@@ -229,6 +242,11 @@ struct PeopleAPITests {
             #expect(state.anchorSeq == 6 && state.headSeq == 7)
             let report = try await audit.verify(projectID: s.project.id)
             #expect(report.intact && report.checked == 1, "\(report)")
+            // The purge says so in the chain it shortened.
+            try await audit.chain()
+            let last = try await audit.entries(projectID: s.project.id, afterSeq: 7, limit: 10)
+            #expect(last.map(\.action) == ["audit.purge"] && last.first?.requestID == "purge-6")
+            #expect(try await audit.verify(projectID: s.project.id).intact)
         }
     }
 }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HTTP
 import Registry
@@ -90,6 +91,14 @@ extension RepeatingService {
                 }
                 for (job, count) in report.unitFailures.sorted(by: { $0.key < $1.key }) {
                     logger.warning("job units failed", [("job", .string(job)), ("count", .number(String(count)))])
+                }
+                for head in report.auditHeads {
+                    logger.info(
+                        "audit chain head",
+                        [
+                            ("projectId", .string(head.projectID)), ("seq", .string(String(head.seq))),
+                            ("hash", .string(Hex.encode(head.hash))), ("chained", .number(String(head.chained))),
+                        ])
                 }
                 for (job, reason) in report.skipped.sorted(by: { $0.key < $1.key }) {
                     logger.warning(

@@ -119,20 +119,38 @@ public struct AuditChainState: Sendable, Equatable {
     }
 }
 
+/// A chain's head after a chainer's call moved it: the jobs log each, so heads recorded outside the database witness
+/// the chain (a rewritten one disagrees with them: `token-registry audit verify --head`).
+public struct AuditHead: Sendable, Equatable {
+    public let projectID: String
+    public let seq: Int64
+    public let hash: [UInt8]
+    /// Entries this call chained.
+    public let chained: Int
+
+    public init(projectID: String, seq: Int64, hash: [UInt8], chained: Int) {
+        self.projectID = projectID
+        self.seq = seq
+        self.hash = hash
+        self.chained = chained
+    }
+}
+
 /// Storage of the audit log.
 public protocol AuditStore: Sendable {
     /// Appends an entry unchained: no lock, so the busiest route pays one insert.
     func append(_ record: AuditRecord) async throws
-    /// Chains up to `limit` pending entries in arrival order, each project's under its chain's lock; one chainer at a
-    /// time. Returns how many.
-    func chain(limit: Int) async throws -> Int
+    /// Chains up to `limit` pending entries in arrival order, at most `share` of one project, each project's under
+    /// its chain's lock, in one transaction; one chainer at a time (another answers none). The heads it moved.
+    func chain(limit: Int, share: Int) async throws -> [AuditHead]
     /// The chain of a project; nil when it has no entry yet (and none pending).
     func chainState(projectID: String) async throws -> AuditChainState?
     /// Chained entries after `afterSeq`, in order.
     func entries(projectID: String, afterSeq: Int64, limit: Int) async throws -> [AuditEntry]
     /// Drops, per project, the chained entries older than `before` that no younger entry precedes (a prefix of the
-    /// chain: it stays verifiable from its new anchor), at most `limit`. Returns how many.
-    func purge(before: Date, limit: Int) async throws -> Int
+    /// chain: it stays verifiable from its new anchor), at most `limit`, and appends an `audit.purge` entry saying
+    /// so (at `at`). Returns how many.
+    func purge(before: Date, at: Date, limit: Int) async throws -> Int
     /// Projects with a chain.
     func chainedProjects() async throws -> [String]
 }
@@ -220,9 +238,31 @@ public struct AuditService: Sendable {
                 requestID: requestID, outcome: outcome))
     }
 
-    /// Chains what is pending (the jobs loop does it each round; reads do it first, so a page shows the latest).
+    /// Chains what is pending, batch by batch (the jobs loop does it each round; reads do it first, so a page shows
+    /// the latest): the heads it moved, the last of each project.
     @discardableResult
-    public func chain(limit: Int = 100_000) async throws -> Int { try await store.chain(limit: limit) }
+    public func chain(limit: Int = 100_000) async throws -> [AuditHead] {
+        var heads: [String: AuditHead] = [:]
+        var total = 0
+        while total < limit {
+            let batch = min(AuditService.chainBatch, limit - total)
+            let moved = try await store.chain(limit: batch, share: AuditService.chainShare)
+            var chained = 0
+            for head in moved {
+                chained += head.chained
+                heads[head.projectID] = AuditHead(
+                    projectID: head.projectID, seq: head.seq, hash: head.hash,
+                    chained: (heads[head.projectID]?.chained ?? 0) + head.chained)
+            }
+            total += chained
+            if chained < batch { break }
+        }
+        return heads.values.sorted { $0.projectID < $1.projectID }
+    }
+
+    /// Entries one chainer's call (one transaction) takes, and of those at most this many of one project.
+    static let chainBatch = 2000
+    static let chainShare = 500
 
     public func entries(projectID: String, afterSeq: Int64, limit: Int) async throws -> [AuditEntry] {
         try await store.entries(projectID: projectID, afterSeq: afterSeq, limit: limit)
@@ -236,23 +276,54 @@ public struct AuditService: Sendable {
 
     /// Drops what is past the retention at `now`.
     public func purge(now: Date, limit: Int = 100_000) async throws -> Int {
-        try await store.purge(before: now.addingTimeInterval(-retention), limit: limit)
+        try await store.purge(before: now.addingTimeInterval(-retention), at: now, limit: limit)
+    }
+
+    /// The entry a retention purge appends to the chain it shortened.
+    public static func purgeRecord(projectID: String, anchorSeq: Int64, at: Date) -> AuditRecord {
+        AuditRecord(
+            projectID: projectID, at: at, action: "audit.purge", target: "auditLog", targetDigest: SHA256.hash("auditLog"),
+            subject: false, actor: "jobs", requestID: "purge-\(anchorSeq)", outcome: "OK")
     }
 
     /// Checks a project's chain from its anchor to its head: numbering without gaps, each entry's previous hash the
-    /// one before's hash, each hash recomputed, each clear target against its digest, the last entry the head.
-    public func verify(projectID: String, maxProblems: Int = 20) async throws -> AuditVerification {
+    /// one before's hash, each hash recomputed, each clear target against its digest, the last entry the head; and,
+    /// given `expected` heads recorded elsewhere (the jobs log each), that the entry of each number still has that
+    /// hash. Entries chained after the head it read are left for the next check; a retention purge that moved the
+    /// anchor meanwhile makes it start again.
+    public func verify(
+        projectID: String, expected: [(seq: Int64, hash: [UInt8])] = [], maxProblems: Int = 20
+    ) async throws -> AuditVerification {
         var report = AuditVerification(projectID: projectID)
-        guard let state = try await store.chainState(projectID: projectID) else { return report }
+        for _ in 0..<3 {
+            guard let state = try await store.chainState(projectID: projectID) else { break }
+            report = try await verify(projectID: projectID, from: state, expected: expected, maxProblems: maxProblems)
+            guard !report.intact, let now = try await store.chainState(projectID: projectID),
+                now.anchorSeq != state.anchorSeq
+            else { break }
+        }
+        return report
+    }
+
+    private func verify(
+        projectID: String, from state: AuditChainState, expected: [(seq: Int64, hash: [UInt8])], maxProblems: Int
+    ) async throws -> AuditVerification {
+        var report = AuditVerification(projectID: projectID)
         report.pending = state.pending
         report.headSeq = state.headSeq
         var expectedSeq = state.anchorSeq + 1
         var previous = state.anchorHash
         var after = state.anchorSeq
+        var witnessed = Dictionary(expected.map { ($0.seq, $0.hash) }, uniquingKeysWith: { first, _ in first })
         func problem(_ text: String) { if report.problems.count < maxProblems { report.problems.append(text) } }
-        while true {
-            let page = try await store.entries(projectID: projectID, afterSeq: after, limit: 5000)
+        if let anchorWitness = witnessed.removeValue(forKey: state.anchorSeq), anchorWitness != state.anchorHash {
+            problem("the anchor, entry \(state.anchorSeq), does not have the hash recorded for it")
+        }
+        reading: while after < state.headSeq {
+            let page = try await store.entries(
+                projectID: projectID, afterSeq: after, limit: Int(min(5000, state.headSeq - after)))
             for entry in page {
+                if entry.seq > state.headSeq { break reading }
                 report.checked += 1
                 if entry.seq != expectedSeq {
                     problem("entry \(entry.seq): expected entry \(expectedSeq) (an entry was removed or renumbered)")
@@ -266,14 +337,21 @@ public struct AuditService: Sendable {
                 if let target = entry.target, !targetMatches(entry, target) {
                     problem("entry \(entry.seq): its target does not match the digest the chain covers")
                 }
+                if let witness = witnessed.removeValue(forKey: entry.seq), witness != entry.hash {
+                    problem("entry \(entry.seq): its hash is not the one recorded for it (the chain was rewritten)")
+                }
                 previous = entry.hash
                 expectedSeq = entry.seq + 1
                 after = entry.seq
             }
-            if page.count < 5000 { break }
+            if page.isEmpty { break }
         }
         if after != state.headSeq || previous != state.headHash {
             problem("the chain ends at entry \(after), its head says entry \(state.headSeq) (entries were removed)")
+        }
+        // A recorded head before the anchor was purged with its segment; one after the head is missing.
+        for (seq, _) in witnessed.sorted(by: { $0.key < $1.key }) where seq > state.anchorSeq {
+            problem("entry \(seq), recorded elsewhere, is missing (the chain was cut short)")
         }
         return report
     }

@@ -13,6 +13,8 @@ public struct JobReport: Sendable, Equatable {
     public var unitFailures: [String: Int] = [:]
     /// Jobs that failed as a whole this round, and why; the jobs after them still ran.
     public var failed: [String: String] = [:]
+    /// The audit chains' heads this round moved (the jobs loop logs each: a witness outside the database).
+    public var auditHeads: [AuditHead] = []
 }
 
 /// The background jobs, one file each. Every replica runs them; each claims its work with row locks, leases or a
@@ -92,7 +94,11 @@ public struct Jobs: Sendable {
             await step("purge-retired", runs: destructive) { (try await feedback.purge(now: try await clock.now()), 0) }
         }
         if let audit {
-            await step("audit-chain") { (try await audit.chain(), 0) }
+            await step("audit-chain") {
+                let heads = try await audit.chain()
+                report.auditHeads = heads
+                return (heads.reduce(0) { $0 + $1.chained }, 0)
+            }
             await step("audit-purge", runs: destructive) { (try await audit.purge(now: try await clock.now()), 0) }
         }
         await step("relay") { (try await relayEvents(), 0) }

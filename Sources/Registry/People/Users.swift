@@ -81,6 +81,8 @@ public struct UserPolicy: Sendable {
     /// Installations one user may have bound at once.
     public var maxInstallationsPerUser = 100
     public var overflow = Overflow.refuse
+    /// The most `maxInstallationsPerUser` may be configured to (a person's reads and erasure stay bounded).
+    public static let maxInstallationsLimit = 1000
     /// Users one `targets:resolve` may name.
     public static let maxUsersPerResolve = 1000
 
@@ -147,6 +149,11 @@ public struct UserService: Sendable {
         }
         guard Identifiers.isPlainText(userID), !userID.utf8.contains(0) else {
             throw RegistryError.invalid(field, "must not contain control characters")
+        }
+        // One spelling per ID: PostgreSQL and the keyed hash compare bytes, Swift strings compare canonically, so an ID
+        // in decomposed form would be two users to one and one to the other.
+        guard userID.utf8.elementsEqual(userID.precomposedStringWithCanonicalMapping.utf8) else {
+            throw RegistryError.invalid(field, "must be in Unicode normalization form C (NFC)")
         }
         // The paths' custom verbs: `/users/<id>:export` could never name a user whose ID ends so.
         guard !userID.hasSuffix(":erase"), !userID.hasSuffix(":export") else {

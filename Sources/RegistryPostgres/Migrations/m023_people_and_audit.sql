@@ -88,6 +88,7 @@ CREATE TABLE audit_pending (
     request_id    text NOT NULL,
     outcome       text NOT NULL
 );
+CREATE INDEX audit_pending_project ON audit_pending (project_id, id);
 
 CREATE TABLE audit_log (
     project_id    text NOT NULL,
@@ -128,6 +129,30 @@ END $$;
 CREATE TRIGGER audit_log_append_only BEFORE UPDATE ON audit_log
     FOR EACH ROW EXECUTE FUNCTION registry_audit_immutable();
 
+-- Entries leave only through the retention purge, which says so for its transaction (and chains an entry that it
+-- ran); the chains' numbers only grow. This stops mistakes and casual edits, not a superuser, who can turn triggers
+-- off: against that the jobs log every new head, so a rewritten chain disagrees with heads recorded elsewhere
+-- (`token-registry audit verify --head`).
+CREATE FUNCTION registry_audit_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'audit_log' AND current_setting('registry.audit_purge', true) = 'on' THEN
+        RETURN OLD;
+    END IF;
+    IF TG_TABLE_NAME = 'audit_chains' AND TG_OP = 'UPDATE' AND NEW.project_id = OLD.project_id
+        AND NEW.head_seq >= OLD.head_seq AND NEW.anchor_seq >= OLD.anchor_seq THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'the audit log is append-only (% on %)', TG_OP, TG_TABLE_NAME USING ERRCODE = 'check_violation';
+END $$;
+CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+    FOR EACH ROW EXECUTE FUNCTION registry_audit_guard();
+CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
+    FOR EACH STATEMENT EXECUTE FUNCTION registry_audit_guard();
+CREATE TRIGGER audit_chains_forward BEFORE UPDATE OR DELETE ON audit_chains
+    FOR EACH ROW EXECUTE FUNCTION registry_audit_guard();
+CREATE TRIGGER audit_chains_no_truncate BEFORE TRUNCATE ON audit_chains
+    FOR EACH STATEMENT EXECUTE FUNCTION registry_audit_guard();
+
 -- The bytes an entry's hash covers after the previous hash: each field as "<octets>:<text>", in a fixed order, so no
 -- two entries share them. `AuditChain.canonical` in Swift writes the same.
 CREATE FUNCTION registry_audit_canonical(
@@ -140,9 +165,13 @@ CREATE FUNCTION registry_audit_canonical(
         WITH ORDINALITY AS t(f, n)
 $$;
 
--- Chains up to `p_limit` pending entries, project by project, in arrival order; answers how many. One chainer at a
--- time (the others answer 0 at once).
-CREATE FUNCTION registry_audit_chain(p_limit int) RETURNS int LANGUAGE plpgsql AS $$
+-- Chains up to `p_limit` pending entries, in arrival order within each project and at most `p_share` of one project
+-- a call (so no project's backlog takes every call); answers how many. The caller calls again while the answer is
+-- `p_limit` (each call is its own short transaction). One chainer at a time: the others answer 0 at once. Its lock
+-- has a class of its own (users' locks are class 7627861).
+CREATE FUNCTION registry_audit_chain(p_limit int, p_share int)
+    RETURNS TABLE (chained_project text, chained int, new_head_seq bigint, new_head_hash bytea)
+    LANGUAGE plpgsql AS $$
 DECLARE
     v_project text;
     v_seq bigint;
@@ -150,17 +179,21 @@ DECLARE
     v_previous bytea;
     v_target text;
     v_done int := 0;
+    v_here int;
     r record;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(7627861, 1) THEN
-        RETURN 0;
+    IF NOT pg_try_advisory_xact_lock(7627862, 1) THEN
+        RETURN;
     END IF;
     FOR v_project IN SELECT DISTINCT project_id FROM audit_pending LOOP
+        EXIT WHEN v_done >= p_limit;
         INSERT INTO audit_chains (project_id, head_seq, head_hash, anchor_seq, anchor_hash)
         VALUES (v_project, 0, decode(repeat('00', 32), 'hex'), 0, decode(repeat('00', 32), 'hex'))
         ON CONFLICT DO NOTHING;
         SELECT head_seq, head_hash INTO v_seq, v_hash FROM audit_chains WHERE project_id = v_project FOR UPDATE;
-        FOR r IN SELECT * FROM audit_pending WHERE project_id = v_project ORDER BY id LIMIT p_limit - v_done LOOP
+        v_here := 0;
+        FOR r IN SELECT * FROM audit_pending WHERE project_id = v_project ORDER BY id
+            LIMIT least(p_limit - v_done, p_share) LOOP
             -- An entry about a subject already purged (a person whose erasure was scrubbed, an installation whose
             -- deletion record is gone) keeps its keyed hash only, as the purge would have left it.
             v_target := r.target;
@@ -182,10 +215,14 @@ BEGIN
             VALUES (r.project_id, v_seq, r.at, r.action, v_target, r.target_digest, r.subject, r.actor, r.request_id,
                 r.outcome, v_previous, v_hash);
             DELETE FROM audit_pending WHERE id = r.id;
-            v_done := v_done + 1;
+            v_here := v_here + 1;
         END LOOP;
         UPDATE audit_chains SET head_seq = v_seq, head_hash = v_hash WHERE project_id = v_project;
-        EXIT WHEN v_done >= p_limit;
+        v_done := v_done + v_here;
+        chained_project := v_project;
+        chained := v_here;
+        new_head_seq := v_seq;
+        new_head_hash := v_hash;
+        RETURN NEXT;
     END LOOP;
-    RETURN v_done;
 END $$;

@@ -82,8 +82,8 @@ extension InMemoryStores: UserStore, ErasureStore, SubjectStore {
     }
 
     public func bindings(projectID: String, userID: String) async throws -> [UserBinding] {
-        userBindings.values.filter { $0.binding.userID == userID }.map(\.binding)
-            .filter { userBindings[Key(projectID: projectID, fid: $0.fid)] != nil }.sorted { $0.fid < $1.fid }
+        userBindings.filter { $0.key.projectID == projectID && $0.value.binding.userID.utf8.elementsEqual(userID.utf8) }
+            .map(\.value.binding).sorted { $0.fid < $1.fid }
     }
 
     public func bindings(projectID: String, userHash: [UInt8]) async throws -> [UserBinding] {
@@ -224,9 +224,10 @@ extension InMemoryStores: UserStore, ErasureStore, SubjectStore {
 extension InMemoryStores: AuditStore {
     public func append(_ record: AuditRecord) async throws { auditPending.append(record) }
 
-    public func chain(limit: Int) async throws -> Int {
+    public func chain(limit: Int, share: Int) async throws -> [AuditHead] {
         let batch = auditPending.prefix(limit)
         auditPending.removeFirst(batch.count)
+        var moved: [String: AuditHead] = [:]
         for r in batch {
             var chain = auditChains[r.projectID] ?? (0, AuditChain.genesis, 0, AuditChain.genesis)
             // As on PostgreSQL: an entry about a subject already purged keeps its keyed hash only.
@@ -249,8 +250,10 @@ extension InMemoryStores: AuditStore {
             chain.headSeq = unhashed.seq
             chain.headHash = hash
             auditChains[r.projectID] = chain
+            moved[r.projectID] = AuditHead(
+                projectID: r.projectID, seq: chain.headSeq, hash: hash, chained: (moved[r.projectID]?.chained ?? 0) + 1)
         }
-        return batch.count
+        return moved.values.sorted { $0.projectID < $1.projectID }
     }
 
     public func chainState(projectID: String) async throws -> AuditChainState? {
@@ -269,7 +272,7 @@ extension InMemoryStores: AuditStore {
         Array((auditLog[projectID] ?? []).filter { $0.seq > afterSeq }.prefix(limit))
     }
 
-    public func purge(before: Date, limit: Int) async throws -> Int {
+    public func purge(before: Date, at: Date, limit: Int) async throws -> Int {
         var dropped = 0
         for project in auditChains.keys.sorted() where dropped < limit {
             let entries = auditLog[project] ?? []
@@ -278,6 +281,7 @@ extension InMemoryStores: AuditStore {
             auditLog[project] = Array(entries.dropFirst(prefix.count))
             auditChains[project]?.anchorSeq = last.seq
             auditChains[project]?.anchorHash = last.hash
+            auditPending.append(AuditService.purgeRecord(projectID: project, anchorSeq: last.seq, at: at))
             dropped += prefix.count
         }
         return dropped
