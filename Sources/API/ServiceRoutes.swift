@@ -46,7 +46,7 @@ extension Responder {
             users: s.users, erasures: s.erasures, installations: s.installations, registrations: s.registrations,
             consent: s.consent, freshness: s.targeting.freshness
         ).register(&routes)
-        ExportController(exports: s.exports, users: s.users, clock: s.clock).register(&routes)
+        ExportController(exports: s.exports, users: s.users, imports: s.imports, clock: s.clock).register(&routes)
         AuditController(audit: s.audit).register(&routes)
         TokenController(serviceAccounts: s.serviceAccounts).register(&routes)
         CheckinController(

@@ -117,6 +117,30 @@ public struct TextArray: PostgresEncodable {
     }
 }
 
+/// A `text[]` parameter whose elements may be NULL (a column of a batch staged with `unnest`).
+public struct NullableTextArray: PostgresEncodable {
+    public let values: [String?]
+    public init(_ values: [String?]) { self.values = values }
+
+    public var postgresText: String? {
+        var out = "{"
+        for (i, v) in values.enumerated() {
+            if i > 0 { out += "," }
+            guard let v else {
+                out += "NULL"
+                continue
+            }
+            out += "\""
+            for c in v.unicodeScalars {
+                if c == "\"" || c == "\\" { out += "\\" }
+                out.unicodeScalars.append(c)
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+}
+
 /// Timestamps travel as `timestamptz` text in UTC with microseconds; sessions run with `TimeZone=UTC`.
 extension Date: PostgresEncodable, PostgresDecodable {
     /// The instant to the microsecond (rounded down), as `J<Julian day number> HH:MM:SS.ffffff+00`: PostgreSQL reads a

@@ -19,6 +19,7 @@ public struct RegistryServices: Sendable {
     public let erasures: ErasureService
     public let exports: ExportService
     public let audit: AuditService
+    public let imports: ImportService
     public let jobs: Jobs
     public let health: any StoreHealth
     public let clock: any WallClock
@@ -88,6 +89,8 @@ public struct RegistryServices: Sendable {
             subjects: stores.subjects, installations: installations, registrations: registrations, consent: consent,
             topics: topics, users: users, erasures: erasures, deletions: deletions)
         audit = AuditService(store: stores.audit, clock: clock, hasher: fidHasher, retention: auditRetention)
+        imports = ImportService(
+            store: stores.imports, hasher: fidHasher, users: users, clock: clock, freshness: freshness)
         jobs = Jobs(
             installations: installations, installationStore: stores.installations, deliveries: stores.deliveries,
             maintenance: stores.maintenance, feed: stores.feed, transport: transport, policy: policy,

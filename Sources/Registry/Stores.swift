@@ -20,6 +20,7 @@ public struct RegistryStores: Sendable {
     public var erasures: any ErasureStore
     public var subjects: any SubjectStore
     public var audit: any AuditStore
+    public var imports: any ImportStore
     public var health: any StoreHealth
 
     public init(
@@ -29,7 +30,7 @@ public struct RegistryStores: Sendable {
         feed: any ChangeFeedStore, signingKeys: any SigningKeyStore, secrets: any SecretStore,
         serviceAccounts: any ServiceAccountStore, checkins: any CheckinStore, feedback: any FeedbackStore,
         users: any UserStore, erasures: any ErasureStore, subjects: any SubjectStore, audit: any AuditStore,
-        health: any StoreHealth
+        imports: any ImportStore, health: any StoreHealth
     ) {
         self.catalog = catalog
         self.installations = installations
@@ -50,6 +51,7 @@ public struct RegistryStores: Sendable {
         self.erasures = erasures
         self.subjects = subjects
         self.audit = audit
+        self.imports = imports
         self.health = health
     }
 }

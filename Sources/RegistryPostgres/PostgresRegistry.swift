@@ -46,7 +46,7 @@ public enum PostgresRegistry {
             serviceAccounts: PostgresServiceAccountStore(db: db), checkins: PostgresCheckinStore(db: db),
             feedback: PostgresFeedbackStore(db: db), users: PostgresUserStore(db: db),
             erasures: PostgresErasureStore(db: db), subjects: PostgresUserStore(db: db),
-            audit: PostgresAuditStore(db: db), health: health)
+            audit: PostgresAuditStore(db: db), imports: PostgresImportStore(db: db), health: health)
     }
 }
 

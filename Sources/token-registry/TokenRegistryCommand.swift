@@ -31,6 +31,11 @@ enum TokenRegistryCommand {
           token-registry serviceaccount revoke --key-id <private_key_id>
           token-registry breaker status|clear --id <project> [--channel fcm|apns|webpush] [--confirm]
                                                send feedback's breaker: see it, clear it (docs/feedback.md)
+          token-registry import --project <id|number> --format <format> <FILE|-> [--dry-run]
+                                               import another service's export (onesignal-csv, fcm-django,
+                                               push-notifications, sns, pinpoint, registry)
+          token-registry export --project <id|number>
+                                               every installation of the project as JSON lines
           token-registry audit list|verify [--id <project>]
                                                the audit log: page it, check its hash chain
           token-registry jobs run [--now <RFC 3339 time>]
@@ -64,6 +69,8 @@ enum TokenRegistryCommand {
             case "serviceaccount": return try await Admin.serviceAccount(try Arguments(rest))
             case "breaker": return try await BreakerCommand.run(try Arguments(rest))
             case "audit": return try await AuditCommand.run(try Arguments(rest))
+            case "import": return try await ImportCommand.importing(try Arguments(rest))
+            case "export": return try await ImportCommand.exporting(try Arguments(rest))
             case "probe": return try Probe.run(try Arguments(rest))
             default: throw CLIError("unknown command '\(command)'; see token-registry --help")
             }

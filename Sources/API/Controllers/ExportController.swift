@@ -10,6 +10,7 @@ import Registry
 struct ExportController {
     let exports: ExportService
     let users: UserService
+    let imports: ImportService
     let clock: any WallClock
 
     func register(_ routes: inout Routes) {
@@ -18,6 +19,20 @@ struct ExportController {
         routes.add(
             .GET, "/v1/projects/{project}/installations/{fid}:export", .serverKey,
             audit: .installation("installations.export"), installation)
+        routes.add(.GET, "/v1/projects/{project}:export", .serverKey, audit: .resource("projects.export", "project"), project)
+    }
+
+    /// The project's own data, every installation a JSON line (``RegistryExportFormat``), tokens in clear: streamed a
+    /// page of 1000 installations at a time, so it holds one page, whatever the project's size.
+    func project(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        let project = caller.project
+        let imports = imports
+        var response = HTTPResponse(status: 200, headers: ["content-type": "application/x-ndjson"])
+        response.stream = ResponseBody { writer in
+            try await writer.write(RegistryExportFormat.header(projectID: project.id).encoded() + [10])
+            try await imports.export(project: project) { line in try await writer.write(line.encoded() + [10]) }
+        }
+        return response
     }
 
     /// Streamed: the head, then one installation at a time (each read as it is written), then the person's history

@@ -91,6 +91,9 @@ public actor InMemoryStores {
     var auditPending: [AuditRecord] = []
     var auditLog: [String: [AuditEntry]] = [:]
     var auditChains: [String: (anchorSeq: Int64, anchorHash: [UInt8], headSeq: Int64, headHash: [UInt8])] = [:]
+    /// Imports (``ImportStore``): InMemoryStores+Imports.swift.
+    var importedFrom: [Key: String?] = [:]
+    var importRuns: [String: ImportRunState] = [:]
     var counters: [String: RegistryGauges.ServiceCounters] = [:]
     var sequence: Int64 = 0
     /// The domain clock, for what the stores stamp themselves (feed times).
@@ -104,7 +107,7 @@ public actor InMemoryStores {
             catalog: self, installations: self, consent: self, registrations: self, topics: self, targeting: self,
             deletions: self, deliveries: self, maintenance: self, feed: self, signingKeys: self, secrets: self,
             serviceAccounts: self, checkins: self, feedback: self, users: self, erasures: self, subjects: self,
-            audit: self, health: self)
+            audit: self, imports: self, health: self)
     }
 
     func next() -> Int64 {
