@@ -8,7 +8,8 @@ public struct PlannedImport: Sendable {
     public var installation: Installation
     public var fidHash: [UInt8]
     public var importedFrom: String?
-    public var registration: Registration
+    /// Nil only for a line of the registry's own export of an installation that had none.
+    public var registration: Registration?
     /// Messaging consent the source had; nil: the app's default (for an installation the import makes).
     public var messagingConsent: Bool?
     public var consentTime: Date
@@ -127,13 +128,14 @@ public struct ImportService: Sendable {
         let seen = max(r.lastSeenAt ?? created, created)
         let token = r.token ?? hasher.derivedToken(fid: fid, projectID: project.id, seed: r.sourceKey)
         var registration =
-            r.registration
-            ?? Registration(
+            format == .registry
+            ? r.registration
+            : Registration(
                 projectID: project.id, fid: fid, token: token, platform: r.platform, apnsToken: r.apnsToken,
                 apnsEnvironment: r.apnsEnvironment, bundleID: r.bundleID ?? (r.platform == .ios ? app.bundleID : nil),
                 appVersion: r.appVersion, web: r.web, createdAt: created, refreshedAt: r.refreshedAt ?? seen)
-        registration.projectID = project.id
-        registration.fid = fid
+        registration?.projectID = project.id
+        registration?.fid = fid
         var userHash: [UInt8]?
         if let user = r.userID { userHash = users.userHash(projectID: project.id, userID: user) }
         return .success(
@@ -154,8 +156,8 @@ public struct ImportService: Sendable {
     /// hash). Rejections go to `rejected` and never stop it.
     public func run(
         project: Project, apps: [App], format: ImportFormat, reader: inout some ImportReader, key: String?,
-        dryRun: Bool, bytes: @escaping () -> Int, progress: (ImportProgress) -> Void,
-        rejected: (ImportRejection) -> Void
+        dryRun: Bool, batchSize: Int = ImportService.batchSize, bytes: @escaping () -> Int,
+        progress: (ImportProgress) -> Void, rejected: (ImportRejection) -> Void
     ) async throws -> ImportProgress {
         var state = ImportProgress()
         var resumeAt = 0
@@ -191,13 +193,12 @@ public struct ImportService: Sendable {
                 case let .success(item):
                     // One row an installation and a token a batch: a later row for either goes in the next batch,
                     // where the newer-wins rule orders them.
-                    if planned.contains(item.installation.fid) || planned.contains(item.registration.token) {
-                        try await flush()
-                    }
+                    let token = item.registration?.token ?? ""
+                    if planned.contains(item.installation.fid) || planned.contains(token) { try await flush() }
                     planned.insert(item.installation.fid)
-                    planned.insert(item.registration.token)
+                    if !token.isEmpty { planned.insert(token) }
                     batch.append(item)
-                    if batch.count >= Self.batchSize { try await flush() }
+                    if batch.count >= batchSize { try await flush() }
                 }
             }
         }

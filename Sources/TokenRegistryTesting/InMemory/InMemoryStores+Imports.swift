@@ -75,21 +75,22 @@ extension InMemoryStores: ImportStore {
             }
             let consented = messagingConsent(key)
             if !consented, registrations[key]?.state == .active { registrations[key]?.state = .disabled }
-            var registration = item.registration
-            if !consented && registration.state == .active { registration.state = .disabled }
-            if let holder = registrations.first(where: {
-                $0.key.projectID == projectID && $0.value.token == registration.token && $0.key != key
-            }) {
-                guard holder.value.refreshedAt < registration.refreshedAt else {
-                    counts.olderThanStored += 1
-                    continue
+            if var registration = item.registration {
+                if !consented && registration.state == .active { registration.state = .disabled }
+                if let holder = registrations.first(where: {
+                    $0.key.projectID == projectID && $0.value.token == registration.token && $0.key != key
+                }) {
+                    guard holder.value.refreshedAt < registration.refreshedAt else {
+                        counts.olderThanStored += 1
+                        continue
+                    }
+                    registrations[holder.key] = nil
                 }
-                registrations[holder.key] = nil
-            }
-            if registrations[key].map({ $0.refreshedAt < registration.refreshedAt }) ?? true {
-                if let stored = registrations[key] { registration.createdAt = stored.createdAt }
-                registrations[key] = registration
-                counts.registrationsWritten += 1
+                if registrations[key].map({ $0.refreshedAt < registration.refreshedAt }) ?? true {
+                    if let stored = registrations[key] { registration.createdAt = stored.createdAt }
+                    registrations[key] = registration
+                    counts.registrationsWritten += 1
+                }
             }
             if consented {
                 for t in item.topics where topics[key]?[t.topic] == nil {

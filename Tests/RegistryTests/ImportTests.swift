@@ -1,0 +1,159 @@
+import Foundation
+import JSON
+import Registry
+import Testing
+
+/// Imports on both stores: the refresh rules, idempotence, resumption, a dry run, and the export's round trip.
+@Suite("Imports")
+struct ImportTests {
+    /// Rows from memory; with `failAfter`, the source breaks after that many rows (a killed import).
+    struct Rows: ImportReader {
+        var rows: [ImportRow]
+        var failAfter: Int?
+        var read = 0
+
+        mutating func next() throws -> ImportRow? {
+            if let failAfter, read >= failAfter { throw ImportError("the source broke") }
+            guard read < rows.count else { return nil }
+            read += 1
+            return rows[read - 1]
+        }
+    }
+
+    static func android(_ n: Int, fid: String? = nil, seen: Date, consent: Bool? = true, user: String? = nil)
+        -> ImportRow
+    {
+        let id = fid ?? String(format: "cAAAAAAAAAAAAAAAAA%04d", n)
+        var r = ImportRecord(line: n, sourceKey: "k\(n)", platform: .android)
+        r.fid = id
+        r.token = id + ":APA91b\(n)"
+        r.messagingConsent = consent
+        r.lastSeenAt = seen
+        r.refreshedAt = seen
+        r.consentTime = seen
+        r.createdAt = seen.addingTimeInterval(-86_400)
+        r.userID = user
+        r.topics = [TopicSubscription(topic: "news", createdAt: seen)]
+        return .record(r)
+    }
+
+    static func run(
+        _ f: DomainFixture, _ rows: [ImportRow], format: ImportFormat = .fcmDjango, key: String? = "run-1",
+        dryRun: Bool = false, batch: Int = 5, failAfter: Int? = nil
+    ) async throws -> ImportProgress {
+        var reader = Rows(rows: rows, failAfter: failAfter)
+        let apps = try await f.services.catalog.apps(projectID: f.project.id)
+        return try await f.services.imports.run(
+            project: f.project, apps: apps + [try await android(f)], format: format, reader: &reader, key: key,
+            dryRun: dryRun, batchSize: batch, bytes: { 0 }, progress: { _ in }, rejected: { _ in })
+    }
+
+    static func android(_ f: DomainFixture) async throws -> App {
+        if let app = try await f.services.catalog.apps(projectID: f.project.id).first(where: { $0.platform == .android }) {
+            return app
+        }
+        return try await f.services.catalog.createApp(
+            project: f.project, platform: .android, bundleID: nil, autoInitDefault: true)
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aRerunChangesNothingAndTheNewerWins(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let t0 = f.clock.now().addingTimeInterval(-30 * 86_400)
+            let rows = (0..<12).map { Self.android($0, seen: t0, user: $0 < 3 ? "u\($0)" : nil) }
+            let first = try await Self.run(f, rows)
+            #expect(first.imported == 12 && first.counts.installationsCreated == 12)
+            #expect(first.counts.registrationsWritten == 12 && first.counts.topicsAdded == 12)
+            #expect(first.counts.usersBound == 3 && first.counts.consentChanges == 12)
+            let again = try await Self.run(f, rows, key: "run-2")
+            #expect(again.counts == ImportCounts(), "\(again.counts)")
+            // Newer rows win, older ones change nothing.
+            let newer = Self.android(0, seen: t0.addingTimeInterval(3600), consent: false)
+            let older = Self.android(1, seen: t0.addingTimeInterval(-3600), consent: false)
+            let merged = try await Self.run(f, [newer, older], key: "run-3")
+            #expect(merged.counts.installationsUpdated == 1 && merged.counts.consentChanges == 1)
+            let fid0 = "cAAAAAAAAAAAAAAAAA0000"
+            let installation = try #require(try await f.services.installations.find(project: f.project, fid: fid0))
+            let ledger = try await f.services.consent.history(installation: installation)
+            #expect(ledger.map(\.granted) == [true, false] && ledger.allSatisfy { $0.source == "import:fcm-django" })
+            // The consent gate holds for imports: no registration is active without consent.
+            #expect(try await f.services.registrations.find(project: f.project, tokenOrFID: fid0)?.state == .disabled)
+            let one = try #require(try await f.services.installations.find(project: f.project, fid: "cAAAAAAAAAAAAAAAAA0001"))
+            #expect(try await f.services.consent.messagingEnabled(installation: one))
+            #expect(try await f.members("news").count == 11)
+            #expect(try await f.services.users.bindings(project: f.project, userID: "u1").map(\.fid) == [one.fid])
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aDeletedInstallationNeverComesBack(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let seen = f.clock.now()
+            _ = try await Self.run(f, [Self.android(1, seen: seen)])
+            let fid = "cAAAAAAAAAAAAAAAAA0001"
+            let installation = try #require(try await f.services.installations.find(project: f.project, fid: fid))
+            #expect(try await f.delete(installation, reason: .server))
+            let again = try await Self.run(f, [Self.android(1, seen: seen.addingTimeInterval(60))], key: "run-2")
+            #expect(again.counts.deletedSkipped == 1 && again.counts.installationsCreated == 0)
+            #expect(try await f.services.installations.find(project: f.project, fid: fid) == nil)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aDryRunCountsAndChangesNothing(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let dry = try await Self.run(f, (0..<7).map { Self.android($0, seen: f.clock.now()) }, dryRun: true)
+            #expect(dry.counts.installationsCreated == 7 && dry.counts.registrationsWritten == 7)
+            #expect(try await f.services.installations.find(project: f.project, fid: "cAAAAAAAAAAAAAAAAA0001") == nil)
+            #expect(try await f.members("news").isEmpty)
+        }
+    }
+
+    /// A run killed after two committed batches starts again after them.
+    @Test(arguments: StoreKind.available)
+    func aKilledImportResumesAfterItsLastCommittedBatch(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let rows = (0..<12).map { Self.android($0, seen: f.clock.now()) }
+            await #expect(throws: ImportError.self) { _ = try await Self.run(f, rows, failAfter: 11) }
+            #expect(try await f.members("news").count == 10)
+            let resumed = try await Self.run(f, rows)
+            #expect(resumed.rows == 12 && resumed.imported == 2 && resumed.counts.installationsCreated == 2)
+            #expect(try await f.members("news").count == 12)
+        }
+    }
+
+    /// Export, import into an empty store (its apps made with the same IDs), export again: the same lines.
+    @Test(arguments: StoreKind.available)
+    func theExportRoundTrips(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { a in
+            let i = try await a.installation()
+            try await a.consent(i, false)
+            try await a.consent(i, true)
+            _ = try await a.register(i)
+            _ = try await a.services.topics.subscribe(project: a.project, fid: i.fid, topic: "news")
+            _ = try await a.services.registrations.senderToken(installation: i, sender: "987", scope: "*")
+            _ = try await a.services.users.bind(project: a.project, fid: i.fid, userID: "round-trip")
+            _ = try await a.installation(a.optedOut)
+            _ = try await Self.run(a, [Self.android(3, seen: a.clock.now(), user: "u3")], format: .pinpoint)
+            var first: [String] = [RegistryExportFormat.header(projectID: a.project.id).text]
+            try await a.services.imports.export(project: a.project) { first.append($0.text) }
+            #expect(first.count == 4)
+            let apps = try await a.services.catalog.apps(projectID: a.project.id)
+            try await DomainFixture.with(kind) { b in
+                for app in apps where try await b.services.catalog.app(id: app.id) == nil {
+                    _ = try await b.services.catalog.createApp(
+                        project: b.project, platform: app.platform, bundleID: app.bundleID,
+                        autoInitDefault: app.autoInitDefault, appID: app.id)
+                }
+                let rows = try first.map { line in
+                    try ImportFormatTests.rows(.registry, line).first ?? .skipped
+                }
+                let imported = try await Self.run(b, rows, format: .registry, key: nil)
+                #expect(imported.imported == 3, "\(imported)")
+                var second: [String] = [RegistryExportFormat.header(projectID: b.project.id).text]
+                try await b.services.imports.export(project: b.project) { second.append($0.text) }
+                #expect(second == first)
+            }
+        }
+    }
+}
