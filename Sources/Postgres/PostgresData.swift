@@ -122,22 +122,25 @@ public struct NullableTextArray: PostgresEncodable {
     public let values: [String?]
     public init(_ values: [String?]) { self.values = values }
 
+    /// Built byte by byte: a batch of an import encodes some 200,000 of these elements.
     public var postgresText: String? {
-        var out = "{"
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(values.count * 24)
         for (i, v) in values.enumerated() {
-            if i > 0 { out += "," }
+            if i > 0 { out.append(UInt8(ascii: ",")) }
             guard let v else {
-                out += "NULL"
+                out.append(contentsOf: [78, 85, 76, 76])  // NULL
                 continue
             }
-            out += "\""
-            for c in v.unicodeScalars {
-                if c == "\"" || c == "\\" { out += "\\" }
-                out.unicodeScalars.append(c)
+            out.append(UInt8(ascii: "\""))
+            for byte in v.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+                out.append(byte)
             }
-            out += "\""
+            out.append(UInt8(ascii: "\""))
         }
-        return out + "}"
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
     }
 }
 

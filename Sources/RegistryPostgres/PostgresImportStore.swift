@@ -81,6 +81,9 @@ struct PostgresImportStore: ImportStore {
             try await c.query(PostgresQuery(unsafeSQL: Self.stageLedger, binds: ledger.map { NullableTextArray($0).postgresText }))
             try await c.query(PostgresQuery(unsafeSQL: Self.stageTopics, binds: topics.map { NullableTextArray($0).postgresText }))
             try await c.query(PostgresQuery(unsafeSQL: Self.stageSenders, binds: senders.map { NullableTextArray($0).postgresText }))
+            // Fresh temporary tables have no statistics: without them the planner joins 5000 rows to 5000 by nested
+            // loops (a batch took 2.5 s instead of a tenth of that).
+            try await c.execute("ANALYZE import_stage, import_topics")
             // A deleted FID never comes back.
             counts.deletedSkipped = try await c.query(
                 "DELETE FROM import_stage s USING retired_fids r WHERE r.project_id = \(projectID) AND r.fid_hmac = s.fid_hmac"
@@ -91,7 +94,7 @@ struct PostgresImportStore: ImportStore {
                 WITH written AS (
                     INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, sdk_version, created_at,
                         last_seen_at, imported_from)
-                    SELECT \(projectID), s.fid, s.app_id, sha256(convert_to(gen_random_uuid()::text, 'UTF8')), s.sdk_version,
+                    SELECT \(projectID), s.fid, s.app_id, '\\x00'::bytea, s.sdk_version,
                         s.created_at, s.last_seen_at, s.imported_from
                     FROM import_stage s
                     ON CONFLICT (project_id, fid) DO UPDATE SET last_seen_at = excluded.last_seen_at

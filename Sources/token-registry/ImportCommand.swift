@@ -126,7 +126,7 @@ final class RejectionFile {
 
     func write(_ r: ImportRejection) {
         if handle == nil {
-            FileManager.default.createFile(atPath: path, contents: nil)
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
             handle = FileHandle(forWritingAtPath: path)
         }
         handle?.write(Data(JSONValue.object([("line", .int(r.line)), ("reason", .string(r.reason))]).encoded() + [10]))

@@ -215,6 +215,9 @@ struct EveryRouteTests {
         try await w.ok("DELETE", "\(base)/registrations/\(shared.fid):shared-token", headers: w.server)
         try await w.ok("DELETE", "\(base)/installations/\(shared.fid)", headers: w.server)
         try await w.ok("GET", "\(base)/auditLog", headers: w.server)
+        let exported = try await w.ok("GET", "\(base):export", headers: w.server)
+        #expect(exported.text.hasPrefix("{\"format\":\"tokenregistry.export/1\""))
+        #expect(exported.text.split(separator: "\n").count > 3)
         // Last, what removes: the registration, by its installation.
         try await w.ok("DELETE", "\(base)/registrations/\(token)", headers: w.fis(i))
     }

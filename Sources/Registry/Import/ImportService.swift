@@ -166,43 +166,66 @@ public struct ImportService: Sendable {
         }
         var batch: [PlannedImport] = []
         var planned = Set<String>()
-        func flush() async throws {
-            guard !batch.isEmpty else { return }
-            state.counts = state.counts + (try await store.merge(
-                batch, projectID: project.id, format: format, run: dryRun ? nil : key, rowsThrough: state.rows,
-                dryRun: dryRun))
-            state.imported += batch.count
-            batch.removeAll(keepingCapacity: true)
-            planned.removeAll(keepingCapacity: true)
+        // One batch merges while the next is read: the source's parsing and the database's work overlap, and batches
+        // still commit one after another, in order (what resuming counts on).
+        var merging: Task<ImportCounts, any Error>?
+        let store = store
+        func settle() async throws {
+            guard let running = merging else { return }
+            merging = nil
+            state.counts = state.counts + (try await running.value)
             state.bytes = bytes()
             progress(state)
         }
-        while let row = try reader.next() {
-            state.rows += 1
-            if state.rows <= resumeAt { continue }
-            switch row {
-            case .skipped: state.skipped += 1
-            case let .rejected(rejection):
-                state.rejected += 1
-                rejected(rejection)
-            case let .record(record):
-                switch plan(record, project: project, apps: apps, format: format) {
-                case let .failure(rejection):
+        /// Hands the batch to the store; `through` is the last source row it covers (what a resumed run skips).
+        func flush(through: Int) async throws {
+            guard !batch.isEmpty else { return }
+            try await settle()
+            let items = batch
+            merging = Task {
+                try await store.merge(
+                    items, projectID: project.id, format: format, run: dryRun ? nil : key, rowsThrough: through,
+                    dryRun: dryRun)
+            }
+            state.imported += batch.count
+            batch.removeAll(keepingCapacity: true)
+            planned.removeAll(keepingCapacity: true)
+        }
+        do {
+            while let row = try reader.next() {
+                state.rows += 1
+                if state.rows <= resumeAt { continue }
+                switch row {
+                case .skipped: state.skipped += 1
+                case let .rejected(rejection):
                     state.rejected += 1
                     rejected(rejection)
-                case let .success(item):
-                    // One row an installation and a token a batch: a later row for either goes in the next batch,
-                    // where the newer-wins rule orders them.
-                    let token = item.registration?.token ?? ""
-                    if planned.contains(item.installation.fid) || planned.contains(token) { try await flush() }
-                    planned.insert(item.installation.fid)
-                    if !token.isEmpty { planned.insert(token) }
-                    batch.append(item)
-                    if batch.count >= batchSize { try await flush() }
+                case let .record(record):
+                    switch plan(record, project: project, apps: apps, format: format) {
+                    case let .failure(rejection):
+                        state.rejected += 1
+                        rejected(rejection)
+                    case let .success(item):
+                        // One row an installation and a token a batch: a later row for either goes in the next
+                        // batch, where the newer-wins rule orders them.
+                        let token = item.registration?.token ?? ""
+                        if planned.contains(item.installation.fid) || planned.contains(token) {
+                            try await flush(through: state.rows - 1)
+                        }
+                        planned.insert(item.installation.fid)
+                        if !token.isEmpty { planned.insert(token) }
+                        batch.append(item)
+                        if batch.count >= batchSize { try await flush(through: state.rows) }
+                    }
                 }
             }
+            try await flush(through: state.rows)
+            try await settle()
+        } catch {
+            // What is merging finishes (or fails) before the error is told: no commit lands after it.
+            _ = try? await merging?.value
+            throw error
         }
-        try await flush()
         if let key, !dryRun { try await store.finish(projectID: project.id, key: key, rows: state.rows) }
         state.bytes = bytes()
         return state
