@@ -3,7 +3,8 @@
 # tokens, 10 % web push; 5 % unsubscribed, a third with an external user ID, tags on half) into an empty project, then
 # the same file again (which must change nothing), then exports the project and imports the export into a second
 # database. Prints rows a second of each, and the project's table sizes. fsync and synchronous commit on.
-#   bash bench/import.sh                   ROWS=1000000
+#   bash bench/import.sh                   ROWS=1000000 FIRST_ONLY=0
+# FIRST_ONLY=1 stops after the first import (the rest takes as long again, twice over).
 . "$(dirname "$0")/lib.sh"
 ROWS=${ROWS:-1000000}
 build_release
@@ -20,18 +21,21 @@ setup() {
   done
 }
 setup "$PGURL"
-timed() { local start end; start=$(date +%s.%N); "$@"; end=$(date +%s.%N); echo "$start $end" | awk '{printf "%.1f", $2 - $1}'; }
+# timed OUT COMMAND…: runs COMMAND with its output in OUT; prints the seconds it took.
+timed() { local out=$1 start end; shift; start=$(date +%s.%N); "$@" >"$out" 2>/dev/null; end=$(date +%s.%N); echo "$start $end" | awk '{printf "%.1f", $2 - $1}'; }
 echo "# import of $ROWS OneSignal rows ($(du -h "$CSV" | cut -f1)), batches of 5000, fsync on"
-t=$(timed env DATABASE_URL="$PGURL" "$BIN" import --project bench-import --format onesignal-csv "$CSV" >"$WORK/import1.json" 2>/dev/null)
+t=$(timed "$WORK/import1.json" env DATABASE_URL="$PGURL" "$BIN" import --project bench-import --format onesignal-csv "$CSV")
 echo "first import: ${t} s = $(awk -v n="$ROWS" -v t="$t" 'BEGIN {printf "%.0f", n / t}') rows/s; $(cat "$WORK/import1.json")"
-t=$(timed env DATABASE_URL="$PGURL" "$BIN" import --project bench-import --format onesignal-csv "$CSV" >"$WORK/import2.json" 2>/dev/null)
+psql "$PGURL" -Atc "SELECT 'size ' || relname || ' ' || pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class WHERE relname IN ('installations','registrations','consents','consent_events','topic_subscriptions','user_bindings','user_binding_history') ORDER BY 1"
+[ "${FIRST_ONLY:-0}" = 1 ] && exit 0
+t=$(timed "$WORK/import2.json" env DATABASE_URL="$PGURL" "$BIN" import --project bench-import --format onesignal-csv "$CSV")
 echo "same file again: ${t} s; $(cat "$WORK/import2.json")"
-t=$(timed sh -c "DATABASE_URL='$PGURL' '$BIN' export --project bench-import > '$WORK/export.jsonl'")
+t=$(timed "$WORK/export.jsonl" env DATABASE_URL="$PGURL" "$BIN" export --project bench-import)
 echo "export: ${t} s, $(wc -l < "$WORK/export.jsonl") lines, $(du -h "$WORK/export.jsonl" | cut -f1)"
 psql "$TEST_DATABASE_URL" -qc "DROP DATABASE IF EXISTS bench2 WITH (FORCE)" -c "CREATE DATABASE bench2" >/dev/null
 URL2="host=$WORK/pg port=${BENCH_PG_PORT:-55433} dbname=bench2 user=postgres"
 setup "$URL2"
-t=$(timed env DATABASE_URL="$URL2" "$BIN" import --project bench-import --format registry "$WORK/export.jsonl" >"$WORK/import3.json" 2>/dev/null)
+t=$(timed "$WORK/import3.json" env DATABASE_URL="$URL2" "$BIN" import --project bench-import --format registry "$WORK/export.jsonl")
 echo "import of the export: ${t} s; $(cat "$WORK/import3.json")"
 DATABASE_URL="$URL2" "$BIN" export --project bench-import > "$WORK/export2.jsonl"
 cmp -s "$WORK/export.jsonl" "$WORK/export2.jsonl" && echo "round trip: the same lines" || echo "round trip: lines differ"

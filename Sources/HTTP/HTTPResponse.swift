@@ -46,12 +46,7 @@ public struct HTTPResponse: Sendable {
     public func serialized(version: HTTPVersion, keepAlive: Bool, omitBody: Bool = false) -> [UInt8] {
         var out = [UInt8]()
         out.reserveCapacity(128 + body.count)
-        out.append(contentsOf: version.text.utf8)
-        out.append(UInt8(ascii: " "))
-        HTTPResponse.appendDecimal(status, to: &out)
-        out.append(UInt8(ascii: " "))
-        out.append(contentsOf: HTTPResponse.reasonPhrase(status).utf8)
-        out.append(contentsOf: "\r\n".utf8)
+        appendStatusLine(version, to: &out)
         for (name, value) in headers.fields where name != "content-length" && name != "connection" {
             out.append(contentsOf: name.utf8)
             out.append(contentsOf: ": ".utf8)
@@ -75,12 +70,7 @@ public struct HTTPResponse: Sendable {
     /// the body ends when the connection closes.
     public func serializedStreamHead(version: HTTPVersion, keepAlive: Bool) -> [UInt8] {
         var out = [UInt8]()
-        out.append(contentsOf: version.text.utf8)
-        out.append(UInt8(ascii: " "))
-        HTTPResponse.appendDecimal(status, to: &out)
-        out.append(UInt8(ascii: " "))
-        out.append(contentsOf: HTTPResponse.reasonPhrase(status).utf8)
-        out.append(contentsOf: "\r\n".utf8)
+        appendStatusLine(version, to: &out)
         for (name, value) in headers.fields
         where name != "content-length" && name != "connection" && name != "transfer-encoding" {
             out.append(contentsOf: "\(name): \(value)\r\n".utf8)
@@ -88,6 +78,16 @@ public struct HTTPResponse: Sendable {
         if version == .http1_1 { out.append(contentsOf: "transfer-encoding: chunked\r\n".utf8) }
         out.append(contentsOf: (keepAlive ? "\r\n" : "connection: close\r\n\r\n").utf8)
         return out
+    }
+
+    /// `HTTP/1.1 200 OK\r\n`.
+    private func appendStatusLine(_ version: HTTPVersion, to out: inout [UInt8]) {
+        out.append(contentsOf: version.text.utf8)
+        out.append(UInt8(ascii: " "))
+        HTTPResponse.appendDecimal(status, to: &out)
+        out.append(UInt8(ascii: " "))
+        out.append(contentsOf: HTTPResponse.reasonPhrase(status).utf8)
+        out.append(contentsOf: "\r\n".utf8)
     }
 
     /// One chunk of a chunked body.

@@ -170,22 +170,7 @@ struct DeletionTests {
             _ = try await s.app.jobs.runAll()
             clock.advance(by: 181 * 86_400)
             _ = try await s.app.jobs.runAll()
-            let tables = try await s.pool.query(
-                """
-                SELECT table_name, column_name FROM information_schema.columns
-                WHERE table_schema = 'public' AND data_type IN ('text', 'character varying', 'ARRAY', 'bytea')
-                """)
-            var holders: [String] = []
-            for row in tables {
-                let table: String = try row.require("table_name")
-                let column: String = try row.require("column_name")
-                let hits = try await s.pool.query(
-                    PostgresQuery(
-                        unsafeSQL:
-                            "SELECT count(*) AS n FROM \"\(table)\" WHERE position($1 in \"\(column)\"::text) > 0",
-                        binds: [i.fid]))
-                if try hits.first?.require("n", as: Int.self) ?? 0 > 0 { holders.append("\(table).\(column)") }
-            }
+            let holders = try await PeopleAPITests.holders(of: i.fid, in: s)
             #expect(holders == [], "the FID survives in \(holders)")
             // The service that never acknowledged is counted as overdue and reported by id and keyed hash only.
             let overdue = try await s.request(
