@@ -8,7 +8,7 @@ struct Arguments {
     var flags: Set<String> = []
 
     /// Options that take no value.
-    static let booleanFlags: Set<String> = ["help", "h", "all"]
+    static let booleanFlags: Set<String> = ["help", "h", "all", "confirm", "dry-run"]
 
     init(_ raw: [String]) throws {
         var i = 0
