@@ -41,7 +41,7 @@ public enum Credential: String, Sendable, CaseIterable {
     }
 }
 
-/// Who may call a route, declared where the route is registered (``Routes/add(_:_:_:browser:errors:admit:_:)``).
+/// Who may call a route, declared where the route is registered (``Routes/add(_:_:_:browser:errors:audit:admit:_:)``).
 /// The pipeline resolves it before the handler runs, and the handler receives what it resolved to (`Caller`): a
 /// handler cannot be written without one, nor run when it is refused.
 public struct Principal<Caller: Sendable>: Sendable {

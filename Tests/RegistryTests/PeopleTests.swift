@@ -40,6 +40,10 @@ struct PeopleTests {
             await #expect(throws: RegistryError.self) {
                 try await users.bind(project: f.project, fid: "cAAAAAAAAAAAAAAAAAAAAA", userID: "alice")
             }
+            // One user in every spelling: a decomposed é is the composed one.
+            let decomposed = "jose\u{0301}"
+            #expect(try await users.bind(project: f.project, fid: phone.fid, userID: decomposed).binding.userID == "jos\u{00e9}")
+            #expect(try await users.bindings(project: f.project, userID: "jos\u{00e9}").map(\.fid) == [phone.fid])
             for bad in ["", String(repeating: "x", count: 129), "a\u{0}b", "line\nbreak"] {
                 await #expect(throws: RegistryError.self) {
                     try await users.bind(project: f.project, fid: phone.fid, userID: bad)

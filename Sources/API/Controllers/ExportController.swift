@@ -38,8 +38,7 @@ struct ExportController {
     /// Streamed: the head, then one installation at a time (each read as it is written), then the person's history
     /// and erasures. What fails before the head is answered as an error; what fails after it cuts the body short.
     func user(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
-        let userID = context.parameter("userId")
-        try UserService.validate(userID: userID)
+        let userID = try UserService.validate(userID: context.parameter("userId"))
         let project = caller.project
         let outline = try await exports.user(outline: project, userID: userID)
         let exports = exports

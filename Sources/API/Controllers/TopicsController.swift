@@ -237,12 +237,7 @@ struct TopicsController: Sendable {
         }
         return try items.enumerated().map { index, item in
             guard let id = item.stringValue else { throw APIError.invalid("users[\(index)]: must be a string") }
-            do {
-                try UserService.validate(userID: id, field: "users[\(index)]")
-            } catch let error as RegistryError {
-                throw APIError.invalid(error.message)
-            }
-            return id
+            return try UserService.validate(userID: id, field: "users[\(index)]")
         }
     }
 }

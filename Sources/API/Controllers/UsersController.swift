@@ -29,7 +29,7 @@ struct UsersController {
 
     func bind(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let body = FieldReader(try context.jsonObject())
-        let userID = try body.string("userId", required: true, maxBytes: UserService.maxUserIDBytes, allowEmpty: false)!
+        let userID = try body.string("userId", required: true, maxBytes: UserService.maxUserIDBytes)!
         let result = try await users.bind(project: caller.project, fid: context.parameter("fid"), userID: userID)
         var members = Self.json(result.binding, project: caller.project).objectValue ?? []
         switch result.change {
@@ -79,7 +79,7 @@ struct UsersController {
     /// the registration's freshness.
     func user(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let project = caller.project
-        let userID = context.parameter("userId")
+        let userID = try UserService.validate(userID: context.parameter("userId"))
         let now = users.clock.now()
         var items: [JSONValue] = []
         for binding in try await users.bindings(project: project, userID: userID) {

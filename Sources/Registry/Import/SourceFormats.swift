@@ -39,8 +39,8 @@ public enum SourceFormats {
 
     /// A user ID the registry can hold, or nil (the row is imported without it).
     static func userID(_ text: String?) -> String? {
-        guard let text, (try? UserService.validate(userID: text)) != nil else { return nil }
-        return text
+        guard let text else { return nil }
+        return try? UserService.validate(userID: text)
     }
 
     /// The topics among `names` the registry can hold (a name it cannot is left out).

@@ -114,8 +114,8 @@ public struct ErasureService: Sendable {
 
     /// Deletes every installation of the user, with the guarantees of an installation deletion (each is a deletion
     /// with reason `erasure`: fanned out to every linked service, 180-day deadline, purged to keyed hashes).
-    public func erase(project: Project, userID: String, traceparent: String? = nil) async throws -> ErasureReceipt {
-        try UserService.validate(userID: userID)
+    public func erase(project: Project, userID raw: String, traceparent: String? = nil) async throws -> ErasureReceipt {
+        let userID = try UserService.validate(userID: raw)
         let now = clock.now()
         let hasher = fidHasher
         let projectID = project.id
@@ -138,6 +138,7 @@ public struct ErasureService: Sendable {
     /// The user's erasures, as receipts.
     public func receipts(project: Project, userID: String) async throws -> [ErasureReceipt] {
         var receipts: [ErasureReceipt] = []
+        let userID = try UserService.validate(userID: userID)
         for record in try await store.erasures(
             projectID: project.id, userHash: users.userHash(projectID: project.id, userID: userID))
         {

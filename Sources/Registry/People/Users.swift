@@ -139,26 +139,31 @@ public struct UserService: Sendable {
         self.hasher = hasher
     }
 
-    /// User IDs are the app's own: opaque, printable, at most this many bytes.
-    public static let maxUserIDBytes = 128
+    /// User IDs are the app's own: opaque, printable, at most this many characters (Unicode scalars, as JSON Schema's
+    /// `maxLength` counts them; so at most 512 bytes).
+    public static let maxUserIDLength = 128
+    /// In bytes, the most a user ID can take (for buffers and field limits).
+    public static let maxUserIDBytes = 512
 
-    public static func validate(userID: String, field: String = "userId") throws {
-        let bytes = userID.utf8.count
-        guard (1...maxUserIDBytes).contains(bytes) else {
-            throw RegistryError.invalid(field, "1-\(maxUserIDBytes) bytes")
-        }
-        guard Identifiers.isPlainText(userID), !userID.utf8.contains(0) else {
+    /// The ID as stored: checked, and in Unicode normalization form C. One spelling per ID: PostgreSQL and the keyed
+    /// hash compare bytes and Swift strings compare canonically, so a decomposed spelling would be two users to one
+    /// and one to the other; normalised, every spelling of a name is the same user.
+    ///
+    /// - Throws: `.invalidArgument` naming `field`.
+    @discardableResult
+    public static func validate(userID raw: String, field: String = "userId") throws -> String {
+        guard Identifiers.isPlainText(raw), !raw.utf8.contains(0) else {
             throw RegistryError.invalid(field, "must not contain control characters")
         }
-        // One spelling per ID: PostgreSQL and the keyed hash compare bytes, Swift strings compare canonically, so an ID
-        // in decomposed form would be two users to one and one to the other.
-        guard userID.utf8.elementsEqual(userID.precomposedStringWithCanonicalMapping.utf8) else {
-            throw RegistryError.invalid(field, "must be in Unicode normalization form C (NFC)")
+        let userID = raw.precomposedStringWithCanonicalMapping
+        guard (1...maxUserIDLength).contains(userID.unicodeScalars.count) else {
+            throw RegistryError.invalid(field, "1-\(maxUserIDLength) characters")
         }
         // The paths' custom verbs: `/users/<id>:export` could never name a user whose ID ends so.
         guard !userID.hasSuffix(":erase"), !userID.hasSuffix(":export") else {
             throw RegistryError.invalid(field, "must not end in :erase or :export")
         }
+        return userID
     }
 
     /// The user ID's keyed hash: what erasures and audit entries keep once the clear ID is gone.
@@ -169,8 +174,8 @@ public struct UserService: Sendable {
     /// Binds the installation to `userID` (a move when it had another user).
     ///
     /// - Throws: `.notFound` for no such installation; `.resourceExhausted` at the cap under ``UserPolicy/Overflow/refuse``.
-    public func bind(project: Project, fid: String, userID: String) async throws -> BindResult {
-        try Self.validate(userID: userID)
+    public func bind(project: Project, fid: String, userID raw: String) async throws -> BindResult {
+        let userID = try Self.validate(userID: raw)
         guard Identifiers.isValidFID(fid),
             let result = try await store.bind(
                 BindingRequest(
@@ -199,8 +204,7 @@ public struct UserService: Sendable {
     }
 
     public func bindings(project: Project, userID: String) async throws -> [UserBinding] {
-        try Self.validate(userID: userID)
-        return try await store.bindings(projectID: project.id, userID: userID)
+        try await store.bindings(projectID: project.id, userID: try Self.validate(userID: userID))
     }
 
     public func history(project: Project, fid: String) async throws -> [BindingEvent] {
@@ -208,7 +212,8 @@ public struct UserService: Sendable {
     }
 
     public func history(project: Project, userID: String) async throws -> [BindingEvent] {
-        try await store.history(projectID: project.id, userHash: userHash(projectID: project.id, userID: userID))
+        try await store.history(
+            projectID: project.id, userHash: userHash(projectID: project.id, userID: try Self.validate(userID: userID)))
     }
 
     @discardableResult
