@@ -20,6 +20,9 @@ func render(_ condition: Condition) -> String {
     case let .or(a, b):
         let rightOr = if case .or = b { true } else { false }
         return render(a) + " || " + grouped(b, when: rightOr)
+    case .users:
+        // Made by `targets:resolve`'s `users`, never by the parser: nothing to print.
+        preconditionFailure("the parser made a users condition")
     }
 }
 
