@@ -102,19 +102,7 @@ public struct TextArray: PostgresEncodable {
     public let values: [String]
     public init(_ values: [String]) { self.values = values }
 
-    public var postgresText: String? {
-        var out = "{"
-        for (i, v) in values.enumerated() {
-            if i > 0 { out += "," }
-            out += "\""
-            for c in v.unicodeScalars {
-                if c == "\"" || c == "\\" { out += "\\" }
-                out.unicodeScalars.append(c)
-            }
-            out += "\""
-        }
-        return out + "}"
-    }
+    public var postgresText: String? { NullableTextArray(values).postgresText }
 }
 
 /// A `text[]` parameter whose elements may be NULL (a column of a batch staged with `unnest`).

@@ -43,20 +43,19 @@ struct PostgresUserStore: UserStore, SubjectStore {
         // transaction ends and runs again with the new one.
         for _ in 0..<8 {
             let attempt: Attempt = try await db.transaction { c in
-                let before = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)?.userID
+                let before = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)?.binding.userID
                 try await Self.lockUsers([r.userID] + (before.map { [$0] } ?? []), projectID: r.projectID, on: c)
                 let installation = try await c.query(
                     "SELECT 1 FROM installations WHERE project_id = \(r.projectID) AND fid = \(r.fid) FOR NO KEY UPDATE")
                 guard !installation.isEmpty else { return .done(nil) }
-                let current = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)
+                let stored = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)
+                let current = stored?.binding
                 guard current?.userID.utf8.elementsEqual((before ?? "").utf8) ?? (before == nil) else { return .raced }
                 if let current, current.userID.utf8.elementsEqual(r.userID.utf8) {
                     return .done(BindResult(binding: current, change: .unchanged, displaced: []))
                 }
                 let displaced = try await makeRoom(r, on: c)
-                let previous = try await c.query(
-                    "SELECT user_hmac FROM user_bindings WHERE project_id = \(r.projectID) AND fid = \(r.fid)"
-                ).first.map { try $0.require("user_hmac", as: ByteA.self) }
+                let previous = stored?.hash
                 try await c.query(
                     """
                     INSERT INTO user_bindings (project_id, fid, user_id, user_hmac, bound_at)
@@ -129,10 +128,13 @@ struct PostgresUserStore: UserStore, SubjectStore {
         return fids.sorted()
     }
 
-    static func current(projectID: String, fid: String, on c: PostgresConnection) async throws -> UserBinding? {
+    /// The installation's binding and its user's keyed hash, in `c`'s transaction.
+    static func current(projectID: String, fid: String, on c: PostgresConnection) async throws -> (
+        binding: UserBinding, hash: ByteA
+    )? {
         try await c.query(
-            "SELECT fid, user_id, bound_at FROM user_bindings WHERE project_id = \(projectID) AND fid = \(fid)"
-        ).first.map(Self.binding)
+            "SELECT fid, user_id, user_hmac, bound_at FROM user_bindings WHERE project_id = \(projectID) AND fid = \(fid)"
+        ).first.map { (try Self.binding($0), try $0.require("user_hmac", as: ByteA.self)) }
     }
 
     static func binding(_ row: PostgresRow) throws -> UserBinding {
@@ -155,7 +157,9 @@ struct PostgresUserStore: UserStore, SubjectStore {
     func unbind(projectID: String, fid: String, at: Date) async throws -> UserBinding? {
         for _ in 0..<8 {
             let attempt: (UserBinding?, raced: Bool) = try await db.transaction { c in
-                guard let before = try await Self.current(projectID: projectID, fid: fid, on: c) else { return (nil, false) }
+                guard let before = try await Self.current(projectID: projectID, fid: fid, on: c)?.binding else {
+                    return (nil, false)
+                }
                 try await Self.lockUsers([before.userID], projectID: projectID, on: c)
                 let removed = try await c.query(
                     """
