@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # podman's pods need an init binary (catatonit) and its CNI networks the dnsname plugin, so that compose services and
 # pods find each other by name: both are only recommended by podman, and install-deps.sh skips recommendations.
 scripts/install-deps.sh haproxy chromium openssl podman runc catatonit golang-github-containernetworking-plugin-dnsname \
-  debootstrap docker-compose postgresql-15-auto-failover python3-yaml prometheus
+  debootstrap docker-compose postgresql-15-auto-failover python3-yaml prometheus pgbouncer
 . scripts/swift-env.sh
 cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start
 eval "$cluster_env"
@@ -27,6 +27,8 @@ promtool check rules deploy/prometheus/alerts.yml
 /usr/bin/python3 integration/prometheus.py
 python3 integration/topology.py
 python3 integration/replicas.py
+# Four replicas through one pgbouncer in transaction mode (DATABASE_POOLER=transaction), a rolling restart under load.
+python3 integration/pgbouncer.py
 python3 integration/browser.py
 python3 integration/slowclients.py
 python3 integration/firstrun.py

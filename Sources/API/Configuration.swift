@@ -26,6 +26,9 @@ public struct Configuration: Sendable {
     /// At most this many concurrent single-statement writes (token refreshes, installation creates) committed in one
     /// transaction; 1 commits each alone.
     public var databaseGroupCommitMax = 64
+    /// `DATABASE_POOLER=transaction`: the database URLs name a pooler in transaction mode (pgbouncer), so nothing
+    /// is kept on a server session between transactions.
+    public var databaseTransactionPooled = false
     public var drainTimeoutSeconds = 10.0
     /// Installation creates per second, per API key and per client address (bursts of twice that).
     public var createRatePerKey = 500.0
@@ -114,6 +117,13 @@ public struct Configuration: Sendable {
         c.databaseGroupCommitMax = try reader.int("DB_GROUP_COMMIT_MAX", default: 64, range: 1...1000)
         c.databaseStatementTimeoutMillis = try reader.int(
             "DB_STATEMENT_TIMEOUT_MS", default: 30_000, range: 0...86_400_000)
+        switch env["DATABASE_POOLER"] ?? "none" {
+        case "none", "": c.databaseTransactionPooled = false
+        case "transaction": c.databaseTransactionPooled = true
+        default:
+            throw ConfigurationError(
+                variable: "DATABASE_POOLER", problem: "must be none or transaction (pgbouncer's pool_mode = transaction)")
+        }
         c.createRatePerKey = Double(try reader.int("RATE_LIMIT_CREATE_PER_KEY", default: 500, range: 0...1_000_000))
         c.createRatePerAddress = Double(
             try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))

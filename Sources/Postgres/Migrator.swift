@@ -11,8 +11,10 @@ public struct Migration: Sendable {
     }
 }
 
-/// Applies migrations in order, each in its own transaction, under a PostgreSQL advisory lock, so replicas
-/// that start together never race: the first applies, the others wait and then find nothing to do.
+/// Applies migrations in order, each in its own transaction under a PostgreSQL advisory lock taken for that
+/// transaction, so replicas that start together never race: the first applies a migration, the others wait on the
+/// lock and then find it applied. The lock is a transaction's, not the session's, so migrating works through a
+/// pooler in transaction mode too (a session lock would stay on whichever server connection took it).
 public struct Migrator: Sendable {
     /// The advisory lock key (`'token-registry'` hashed to a constant).
     static let lockKey: Int64 = 0x746f6b656e726567
@@ -28,45 +30,53 @@ public struct Migrator: Sendable {
     /// - Returns: the versions applied by this call.
     @discardableResult
     public func migrate(conninfo: String) async throws -> [Int] {
-        let connection = try await PostgresConnection.connect(conninfo)
-        try await connection.query("SELECT pg_advisory_lock(\(Migrator.lockKey))")
-        do {
-            let applied = try await apply(on: connection)
-            _ = try await connection.query("SELECT pg_advisory_unlock(\(Migrator.lockKey))")
-            return applied
-        } catch {
-            _ = try? await connection.query("SELECT pg_advisory_unlock(\(Migrator.lockKey))")
-            throw error
+        // Nothing kept on the session (statements unnamed), so that it runs through a transaction pooler too.
+        let connection = try await PostgresConnection.connect(conninfo, settings: .init(transactionPooled: true))
+        try await locked(on: connection) {
+            try await connection.execute(
+                """
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version integer PRIMARY KEY,
+                    name text NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now())
+                """)
         }
-    }
-
-    private func apply(on connection: PostgresConnection) async throws -> [Int] {
-        try await connection.execute(
-            """
-            CREATE TABLE IF NOT EXISTS schema_migrations (
-                version integer PRIMARY KEY,
-                name text NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now())
-            """)
-        let done = Set(
-            try await connection.query("SELECT version FROM schema_migrations").map {
-                try $0.require("version", as: Int.self)
-            })
+        let done = Set(try await versions(on: connection))
         var applied: [Int] = []
         for migration in migrations where !done.contains(migration.version) {
-            try await connection.execute("BEGIN")
-            do {
-                try await connection.execute(migration.sql)
-                _ = try await connection.query(
-                    "INSERT INTO schema_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
-                try await connection.execute("COMMIT")
-            } catch {
-                try? await connection.execute("ROLLBACK")
-                throw error
+            let ran = try await locked(on: connection) { () -> Bool in
+                // Another replica may have applied it while this one waited for the lock.
+                guard try await !versions(on: connection, only: migration.version).isEmpty else {
+                    try await connection.execute(migration.sql)
+                    _ = try await connection.query(
+                        "INSERT INTO schema_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
+                    return true
+                }
+                return false
             }
-            applied.append(migration.version)
+            if ran { applied.append(migration.version) }
         }
         return applied
+    }
+
+    private func versions(on connection: PostgresConnection, only version: Int? = nil) async throws -> [Int] {
+        let rows = try await connection.query(
+            "SELECT version FROM schema_migrations WHERE \(version)::int IS NULL OR version = \(version)::int")
+        return try rows.map { try $0.require("version", as: Int.self) }
+    }
+
+    /// Runs `body` in a transaction holding the migration lock.
+    private func locked<T: Sendable>(on connection: PostgresConnection, _ body: () async throws -> T) async throws -> T {
+        try await connection.execute("BEGIN")
+        do {
+            _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Migrator.lockKey))::text AS locked")
+            let value = try await body()
+            try await connection.execute("COMMIT")
+            return value
+        } catch {
+            try? await connection.execute("ROLLBACK")
+            throw error
+        }
     }
 
     /// True when every known migration is applied (readiness).

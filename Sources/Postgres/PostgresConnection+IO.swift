@@ -18,7 +18,7 @@ extension PostgresConnection {
         var steps: [Step] = []
         steps.reserveCapacity(queries.count + 1)
         for (index, query) in queries.enumerated() {
-            guard query.isPrepared else {
+            guard query.isPrepared, !settings.transactionPooled else {
                 let sent = withCStrings(query.binds) { pointers in
                     PQsendQueryParams(connection, query.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
                 }

@@ -12,8 +12,46 @@ import Synchronization
 ///
 /// Statements are prepared once per connection (keyed by their SQL text) and executed with bound text parameters,
 /// so no value is ever spliced into SQL. They are sent in pipeline mode: a first use's `Parse` travels with its
-/// `Execute`, and ``pipeline(_:)`` sends many statements in one round trip.
+/// `Execute`, and ``pipeline(_:)`` sends many statements in one round trip. Behind a pooler in transaction mode
+/// (``SessionSettings/transactionPooled``) nothing is kept on the session: statements go unnamed and the settings
+/// travel with each transaction.
 public actor PostgresConnection {
+    /// What the connection sets on its server session, and whether it may keep anything there.
+    public struct SessionSettings: Sendable, Hashable {
+        /// `statement_timeout` in milliseconds; nil keeps the server's.
+        public var statementTimeoutMillis: Int?
+        /// True when the connection goes through a pooler in transaction mode (pgbouncer's `pool_mode =
+        /// transaction`): each transaction may run on another server connection, so no statement is prepared by
+        /// name (pgbouncer 1.18 would send its `Execute` to a server that never saw its `Parse`) and the settings
+        /// are set in every transaction (`set_config(…, true)`, sent with its first statement) instead of once.
+        public var transactionPooled: Bool
+
+        public init(statementTimeoutMillis: Int? = nil, transactionPooled: Bool = false) {
+            self.statementTimeoutMillis = statementTimeoutMillis
+            self.transactionPooled = transactionPooled
+        }
+
+        /// Run once on connecting. `TimeZone` is one of the parameters a pooler replays on every server connection
+        /// it hands over (pgbouncer tracks it from the server's `ParameterStatus`), so it is set here in both modes.
+        var onConnect: String {
+            var sql = "SET TimeZone = 'UTC'; SET client_min_messages = warning"
+            if !transactionPooled, let statementTimeoutMillis {
+                sql += "; SET statement_timeout = \(statementTimeoutMillis)"
+            }
+            return sql
+        }
+
+        /// Sent at the start of every transaction when pooled: the session settings a pooler does not replay.
+        var transactionPrelude: PostgresQuery? {
+            guard transactionPooled else { return nil }
+            var sql = "SELECT set_config('client_min_messages', 'warning', true)"
+            if let statementTimeoutMillis {
+                sql += ", set_config('statement_timeout', '\(statementTimeoutMillis)', true)"
+            }
+            return PostgresQuery(unsafeSQL: sql)
+        }
+    }
+
     enum Driver {
         case loop(any PostgresEventLoop)
         case thread(DispatchQueueExecutor)
@@ -25,6 +63,9 @@ public actor PostgresConnection {
     /// is released; the duplicate keeps the number, and the epoll registration, this connection's until ``deinit``.
     let socket: Int32
     let driver: Driver
+    let settings: SessionSettings
+    /// ``SessionSettings/transactionPrelude``, built once.
+    private let prelude: PostgresQuery?
     var prepared: [String: String] = [:]
     /// Names statements: never reused, even for one whose `Parse` failed.
     var statementCount = 0
@@ -59,10 +100,12 @@ public actor PostgresConnection {
         return nil
     }
 
-    private init(connection: OpaquePointer, socket: Int32, driver: Driver) {
+    private init(connection: OpaquePointer, socket: Int32, driver: Driver, settings: SessionSettings) {
         self.connection = connection
         self.socket = socket
         self.driver = driver
+        self.settings = settings
+        self.prelude = settings.transactionPrelude
     }
 
     isolated deinit {
@@ -75,9 +118,10 @@ public actor PostgresConnection {
     /// places it on `loop`, or on a serial queue of its own when `loop` is nil.
     ///
     /// - Throws: ``PostgresError`` `.connectionFailed` with libpq's message.
-    public static func connect(_ conninfo: String, on loop: (any PostgresEventLoop)? = nil) async throws
-        -> PostgresConnection
-    {
+    public static func connect(
+        _ conninfo: String, on loop: (any PostgresEventLoop)? = nil, settings: SessionSettings = .init()
+    ) async throws -> PostgresConnection {
+        let onConnect = settings.onConnect
         let result: Result<OpaquePointer, PostgresError> = await withCheckedContinuation { continuation in
             DispatchQueue.global().async {
                 guard let conn = PQconnectdb(conninfo) else {
@@ -90,7 +134,7 @@ public actor PostgresConnection {
                     continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: message)))
                     return
                 }
-                PQclear(PQexec(conn, "SET TimeZone = 'UTC'; SET client_min_messages = warning"))
+                PQclear(PQexec(conn, onConnect))
                 guard PQsetnonblocking(conn, 1) == 0 else {
                     let message = String(cString: PQerrorMessage(conn)).trimmingTrailingNewlines()
                     PQfinish(conn)
@@ -108,7 +152,7 @@ public actor PostgresConnection {
             throw PostgresError(.connectionFailed, message: "duplicating the connection's socket failed: \(reason)")
         }
         let driver: Driver = loop.map { .loop($0) } ?? .thread(DispatchQueueExecutor(label: "postgres.connection"))
-        return PostgresConnection(connection: connection, socket: socket, driver: driver)
+        return PostgresConnection(connection: connection, socket: socket, driver: driver, settings: settings)
     }
 
     /// True while the connection is usable, as of its last call.
@@ -157,11 +201,16 @@ public actor PostgresConnection {
         }
         await takeTurn()
         defer { giveTurn() }
-        guard beginPending else { return try await runPipeline(queries) }
-        beginPending = false
-        let outcomes = try await runPipeline(["BEGIN"] + queries)
-        if case let .failure(error) = outcomes[0] { return queries.map { _ in .failure(error) } }
-        return Array(outcomes.dropFirst())
+        var head: [PostgresQuery] = []
+        if beginPending {
+            beginPending = false
+            head.append("BEGIN")
+        }
+        if let prelude, !head.isEmpty || PQtransactionStatus(connection) == PQTRANS_IDLE { head.append(prelude) }
+        guard !head.isEmpty else { return try await runPipeline(queries) }
+        let outcomes = try await runPipeline(head + queries)
+        for case let .failure(error) in outcomes.prefix(head.count) { return queries.map { _ in .failure(error) } }
+        return Array(outcomes.dropFirst(head.count))
     }
 
     /// Runs one or more statements without parameters (migrations, `BEGIN`, `COMMIT`).
@@ -170,7 +219,7 @@ public actor PostgresConnection {
         defer { giveTurn() }
         if beginPending {
             beginPending = false
-            try await runSimple("BEGIN; " + sql)
+            try await runSimple("BEGIN; " + (prelude.map { $0.sql + "; " } ?? "") + sql)
         } else {
             try await runSimple(sql)
         }

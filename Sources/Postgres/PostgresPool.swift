@@ -25,10 +25,14 @@ public final class PostgresPool: Sendable {
         /// gathered), and at most this many such transactions at once per event loop.
         public var groupCommitBatch: Int
         public var groupCommitsPerLoop: Int
+        /// True when `conninfo` names a pooler in transaction mode
+        /// (``PostgresConnection/SessionSettings/transactionPooled``).
+        public var transactionPooled: Bool
 
         public init(
             conninfo: String, maxConnections: Int = 10, acquireTimeout: Duration = .seconds(5),
-            statementTimeout: Duration? = .seconds(30), groupCommitBatch: Int = 64, groupCommitsPerLoop: Int = 2
+            statementTimeout: Duration? = .seconds(30), groupCommitBatch: Int = 64, groupCommitsPerLoop: Int = 2,
+            transactionPooled: Bool = false
         ) {
             self.conninfo = conninfo
             self.maxConnections = max(1, maxConnections)
@@ -36,6 +40,15 @@ public final class PostgresPool: Sendable {
             self.statementTimeout = statementTimeout
             self.groupCommitBatch = max(1, groupCommitBatch)
             self.groupCommitsPerLoop = max(1, groupCommitsPerLoop)
+            self.transactionPooled = transactionPooled
+        }
+
+        var session: PostgresConnection.SessionSettings {
+            let millis = statementTimeout.map { timeout -> Int in
+                let (seconds, attoseconds) = timeout.components
+                return Int(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))
+            }
+            return .init(statementTimeoutMillis: millis, transactionPooled: transactionPooled)
         }
     }
 
@@ -269,12 +282,8 @@ public final class PostgresPool: Sendable {
     /// Opens a connection for a slot the machine reserved; a failure gives the slot back and fails the waiters.
     private func open() async throws -> PostgresConnection {
         do {
-            let connection = try await PostgresConnection.connect(configuration.conninfo, on: loops.placement())
-            if let timeout = configuration.statementTimeout {
-                let (seconds, attoseconds) = timeout.components
-                try await connection.execute(
-                    "SET statement_timeout = \(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))")
-            }
+            let connection = try await PostgresConnection.connect(
+                configuration.conninfo, on: loops.placement(), settings: configuration.session)
             state.withLock { $0.machine.opened() }
             return connection
         } catch {

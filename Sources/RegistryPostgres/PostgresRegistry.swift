@@ -11,14 +11,16 @@ public enum PostgresRegistry {
     ///   - acquireTimeoutMillis: how long a caller waits for a free connection (then `.unavailable`).
     ///   - statementTimeoutMillis: each connection's `statement_timeout`; 0 keeps the server's.
     ///   - groupCommitMax: at most this many concurrent writes committed together (1: each alone).
+    ///   - transactionPooled: `conninfo` names a pooler in transaction mode (pgbouncer): nothing is kept on a session.
     public static func pool(
-        conninfo: String, size: Int, acquireTimeoutMillis: Int, statementTimeoutMillis: Int, groupCommitMax: Int = 64
+        conninfo: String, size: Int, acquireTimeoutMillis: Int, statementTimeoutMillis: Int, groupCommitMax: Int = 64,
+        transactionPooled: Bool = false
     ) -> PostgresPool {
         PostgresPool(
             .init(
                 conninfo: conninfo, maxConnections: size, acquireTimeout: .milliseconds(acquireTimeoutMillis),
                 statementTimeout: statementTimeoutMillis > 0 ? .milliseconds(statementTimeoutMillis) : nil,
-                groupCommitBatch: groupCommitMax))
+                groupCommitBatch: groupCommitMax, transactionPooled: transactionPooled))
     }
 
     /// Every store of ``RegistryStores``, sharing `pool`.

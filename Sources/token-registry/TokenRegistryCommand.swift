@@ -154,12 +154,14 @@ struct CommandDatabase {
             conninfo: conninfo, size: configuration.databasePoolSize,
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
-            groupCommitMax: configuration.databaseGroupCommitMax)
+            groupCommitMax: configuration.databaseGroupCommitMax,
+            transactionPooled: configuration.databaseTransactionPooled)
         let readPool = configuration.databaseReadURL.map {
             PostgresRegistry.pool(
                 conninfo: $0, size: configuration.databasePoolSize,
                 acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
-                statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
+                statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
+                transactionPooled: configuration.databaseTransactionPooled)
         }
         do {
             let sealed = try await PostgresRegistry.prepare(pool: pool, box: box)
