@@ -2,7 +2,8 @@
 # A throwaway PostgreSQL cluster for the tests and benchmarks.
 #   scripts/pg-test-cluster.sh start   # prints `export TEST_DATABASE_URL=...`
 #   scripts/pg-test-cluster.sh stop
-# Configured by PG_ROOT (default /tmp/token-registry-pg), PG_PORT (default 54329), PG_FSYNC (default off).
+# Configured by PG_ROOT (default /tmp/token-registry-pg), PG_PORT (default 54329), PG_FSYNC (default off), PG_OPTIONS
+# (more `-c name=value` server settings; the benchmarks' shared_buffers).
 # The cluster listens on a Unix socket in PG_ROOT only (PG_PORT names the socket file): no TCP port can collide.
 # initdb and pg_ctl refuse root, so as root they run as the Debian `postgres` user.
 set -euo pipefail
@@ -29,7 +30,7 @@ case "${1:-}" in
     fi
     if ! as_pg "$PGBIN/pg_ctl" -D "$PG_ROOT/data" status >/dev/null 2>&1; then
       as_pg "$PGBIN/pg_ctl" -D "$PG_ROOT/data" -l "$PG_ROOT/server.log" -w -t 60 \
-        -o "-k $PG_ROOT -c listen_addresses='' -p $PG_PORT -c fsync=$PG_FSYNC -c synchronous_commit=on -c full_page_writes=$PG_FSYNC -c max_connections=400" \
+        -o "-k $PG_ROOT -c listen_addresses='' -p $PG_PORT -c fsync=$PG_FSYNC -c synchronous_commit=on -c full_page_writes=$PG_FSYNC -c max_connections=400 ${PG_OPTIONS:-}" \
         start >/dev/null || { cat "$PG_ROOT/server.log" >&2; exit 1; }
     fi
     echo "export TEST_DATABASE_URL='host=$PG_ROOT port=$PG_PORT dbname=postgres user=postgres'"

@@ -45,18 +45,50 @@ extension JSONValue {
         out.append(UInt8(ascii: "\""))
         var text = s
         text.withUTF8 { bytes in
-            // Runs of bytes that need no escape (nearly all of them) are copied whole, not byte by byte.
+            // Runs of bytes that need no escape (nearly all of them) are copied whole, not byte by byte, and are
+            // found eight bytes at a time: a word with none of the bytes to escape is passed over in one test.
             var start = 0
-            for i in 0..<bytes.count {
-                let byte = bytes[i]
-                guard byte < 0x20 || byte == 0x22 || byte == 0x5c || byte == 0x7f else { continue }
-                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i]))
-                writeEscape(byte, into: &out)
-                start = i + 1
+            var i = 0
+            let count = bytes.count
+            if let base = bytes.baseAddress {
+                while i + 8 <= count {
+                    if !mayNeedEscape(UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)) {
+                        i += 8
+                        continue
+                    }
+                    for j in i..<(i + 8) where needsEscape(bytes[j]) {
+                        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<j]))
+                        writeEscape(bytes[j], into: &out)
+                        start = j + 1
+                    }
+                    i += 8
+                }
             }
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<bytes.count]))
+            while i < count {
+                if needsEscape(bytes[i]) {
+                    out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i]))
+                    writeEscape(bytes[i], into: &out)
+                    start = i + 1
+                }
+                i += 1
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<count]))
         }
         out.append(UInt8(ascii: "\""))
+    }
+
+    @inline(__always)
+    static func needsEscape(_ byte: UInt8) -> Bool { byte < 0x20 || byte == 0x22 || byte == 0x5c || byte == 0x7f }
+
+    /// False only when none of the word's eight bytes needs an escape (a control byte, `"`, `\\` or DEL); true may be
+    /// a false alarm (a borrow), which the byte-wise check then clears.
+    @inline(__always)
+    static func mayNeedEscape(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        @inline(__always) func hasZero(_ v: UInt64) -> Bool { (v &- ones) & ~v & highs != 0 }
+        let control = (word &- ones &* 0x20) & ~word & highs != 0
+        return control || hasZero(word ^ (ones &* 0x22)) || hasZero(word ^ (ones &* 0x5c)) || hasZero(word ^ (ones &* 0x7f))
     }
 
     private static func writeEscape(_ byte: UInt8, into out: inout [UInt8]) {

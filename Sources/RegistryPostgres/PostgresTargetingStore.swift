@@ -66,8 +66,7 @@ struct PostgresTargetingStore: TargetingStore {
                 r.quarantined_at IS NOT NULL AS quarantined
             FROM topic_subscriptions ts
             JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
-            JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid
-                AND c.purpose = \(ConsentService.messaging) AND c.granted
+            JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND \(unsafeSQL: Self.messagingGranted)
             WHERE ts.project_id = \(filter.projectID) AND ts.topic = \(topic) AND ts.fid > \(after)
               AND r.fid > \(after) AND c.fid > \(after)
               AND r.state = \(RegistrationState.active.rawValue) AND r.refreshed_at > \(filter.expiredBefore)
@@ -88,37 +87,55 @@ struct PostgresTargetingStore: TargetingStore {
     }
 
     func resolve(condition: Condition, filter: TargetFilter) async throws -> [LiveRegistration] {
+        // One topic reaches who the topic's own page reaches: the same rows, driven by the topic's index.
+        if case let .topic(name) = condition { return try await members(topic: name, filter: filter) }
         var binds: [String?] = [
             filter.projectID, filter.expiredBefore.postgresText, filter.after ?? "", String(filter.limit),
-            ConsentService.messaging, RegistrationState.active.rawValue,
+            RegistrationState.active.rawValue,
         ]
         let predicate = Self.sql(condition, binds: &binds)
         var query = PostgresQuery(
             unsafeSQL: """
                 SELECT r.fid, r.token, r.platform, r.refreshed_at, r.quarantined_at IS NOT NULL AS quarantined
                 FROM registrations r
-                JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND c.purpose = $5 AND c.granted
-                WHERE r.project_id = $1 AND r.state = $6 AND r.refreshed_at > $2::timestamptz AND r.fid > $3
+                JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND \(Self.messagingGranted)
+                WHERE r.project_id = $1 AND r.state = $5 AND r.refreshed_at > $2::timestamptz AND r.fid > $3
                   AND c.fid > $3
                   AND (\(predicate))
                 ORDER BY r.fid LIMIT $4::int
                 """, binds: binds)
         // The SQL's shape is the client's condition: planned each time, never kept in the connection's cache.
         query.isPrepared = false
-        return try await db.query(query).map(Self.decode)
+        // As a topic's pages: no hash join or parallel plan, which read every remaining row of the project on the
+        // pages where the planner guessed few rows join (1.2 s a page of 10,000, against 100 ms merged).
+        return try await db.transaction { connection in
+            let outcomes = try await connection.pipeline([Self.boundedJoins, query])
+            _ = try outcomes[0].get()
+            return try outcomes[1].get().map(Self.decode)
+        }
     }
 
-    /// The condition as SQL over `r`; topic names are bound, never spliced.
+    static let boundedJoins: PostgresQuery =
+        "SELECT set_config('enable_hashjoin', 'off', true), set_config('max_parallel_workers_per_gather', '0', true)"
+
+    /// The consent a target needs, with its purpose and flag as constants: so the planner can use the partial index
+    /// `consents_messaging_granted` (m025), which a bound parameter could not prove it may.
+    static let messagingGranted = "c.purpose = '\(ConsentService.messaging)' AND c.granted"
+
+    /// The condition as SQL over `r`; topic names are bound, never spliced. Each subquery repeats the page's lower
+    /// bound (`$3`, the cursor) on its own table, as every keyset join here does: without it a topic's EXISTS merged
+    /// with the topic's whole index before the cursor on every page, and a stream was quadratic (a 1,000,000-member
+    /// topic's condition took 30 s).
     static func sql(_ condition: Condition, binds: inout [String?]) -> String {
         switch condition {
         case let .topic(name):
             binds.append(name)
             return
-                "EXISTS (SELECT 1 FROM topic_subscriptions ts WHERE ts.project_id = r.project_id AND ts.fid = r.fid AND ts.topic = $\(binds.count))"
+                "EXISTS (SELECT 1 FROM topic_subscriptions ts WHERE ts.project_id = r.project_id AND ts.fid = r.fid AND ts.fid > $3 AND ts.topic = $\(binds.count))"
         case let .users(ids):
             binds.append(TextArray(ids).postgresText)
             return
-                "EXISTS (SELECT 1 FROM user_bindings ub WHERE ub.project_id = r.project_id AND ub.fid = r.fid AND ub.user_id = ANY($\(binds.count)::text[]))"
+                "EXISTS (SELECT 1 FROM user_bindings ub WHERE ub.project_id = r.project_id AND ub.fid = r.fid AND ub.fid > $3 AND ub.user_id = ANY($\(binds.count)::text[]))"
         case let .not(inner): return "NOT (\(sql(inner, binds: &binds)))"
         case let .and(a, b): return "(\(sql(a, binds: &binds))) AND (\(sql(b, binds: &binds)))"
         case let .or(a, b): return "(\(sql(a, binds: &binds))) OR (\(sql(b, binds: &binds)))"

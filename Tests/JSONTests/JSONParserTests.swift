@@ -93,4 +93,37 @@ struct JSONParserTests {
             }
         }
     }
+
+    /// The string writer passes over eight bytes at a time: every byte that needs an escape, at every offset of a
+    /// word and across word edges, among multi-byte characters, is escaped exactly as byte by byte, and the text
+    /// parses back to the string.
+    @Test func theWordAtATimeEscapeAgreesWithByteByByte() throws {
+        var rng = SystemRandomNumberGenerator()
+        let specials: [UInt8] = [0x00, 0x01, 0x09, 0x0a, 0x0d, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7e, 0x7f]
+        let pieces = specials.map { String(decoding: [$0], as: UTF8.self) } + ["a", "Z", "é", "€", "𝄞", "\u{80}", "\u{9f}"]
+        for _ in 0..<4000 {
+            var text = ""
+            for _ in 0..<Int.random(in: 0...40, using: &rng) {
+                text += Bool.random(using: &rng) ? "abcdefgh" : pieces.randomElement(using: &rng)!
+            }
+            var reference: [UInt8] = [0x22]
+            for byte in text.utf8 {
+                switch byte {
+                case 0x22: reference += [0x5c, 0x22]
+                case 0x5c: reference += [0x5c, 0x5c]
+                case 0x0a: reference += [0x5c, UInt8(ascii: "n")]
+                case 0x0d: reference += [0x5c, UInt8(ascii: "r")]
+                case 0x09: reference += [0x5c, UInt8(ascii: "t")]
+                case 0..<0x20, 0x7f:
+                    let hex = Array("0123456789abcdef".utf8)
+                    reference += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xf)]]
+                default: reference.append(byte)
+                }
+            }
+            reference.append(0x22)
+            let written = JSONValue.string(text).encoded()
+            #expect(written == reference, "\(text.debugDescription)")
+            #expect(try JSONParser.parse(written) == .string(text))
+        }
+    }
 }

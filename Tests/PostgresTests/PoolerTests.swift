@@ -36,7 +36,9 @@ struct PoolerTests {
     /// its own result and every write is there afterwards.
     @Test func aPoolOfMoreConnectionsThanTheServersRunsStatementsAndTransactions() async throws {
         try await withBouncer(poolSize: 2) { _, url in
-            let pool = PostgresPool(.init(conninfo: url, maxConnections: 12, transactionPooled: true))
+            // A long acquire: the suite runs in parallel, and the point here is correctness, not time.
+            let pool = PostgresPool(
+                .init(conninfo: url, maxConnections: 12, acquireTimeout: .seconds(120), transactionPooled: true))
             defer { pool.close() }
             try await pool.query("CREATE TABLE w (n int PRIMARY KEY, v text)")
             try await withThrowingTaskGroup(of: Void.self) { group in

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Where the service's CPU goes, per workload: wrk at c=64 for DURATION seconds while `perf record -g` samples the
+# service (and, separately, PostgreSQL's backends), then the top of `perf report` for each. Production settings: logs
+# at info, fsync and synchronous commit on.
+#   bash bench/profile.sh [healthz|callback|create|token|subscribe|consent ...]   DURATION=10 PERCENT=1.5
+. "$(dirname "$0")/lib.sh"
+WORKLOADS=${*:-healthz callback create token}
+PERCENT=${PERCENT:-1.5}
+build_release
+start_postgres
+start_service 18080 DB_POOL_SIZE=16
+env DATABASE_URL="$PGURL" "$BIN" project create --id bench-proj --number 4242 >"$WORK/project.json"
+env DATABASE_URL="$PGURL" "$BIN" app create --project bench-proj --platform android >"$WORK/app.json"
+env DATABASE_URL="$PGURL" "$BIN" app create --project bench-proj --platform web >"$WORK/web.json"
+field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
+SERVER_KEY=$(field "$WORK/project.json" serverKey)
+APP_ID=$(field "$WORK/app.json" appId)
+WEB_ID=$(field "$WORK/web.json" appId)
+WEB_KEY=$(field "$WORK/web.json" apiKey)
+psql "$PGURL" -q <<SQL
+INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, created_at, last_seen_at)
+  SELECT 'bench-proj', 'f' || lpad(n::text, 21, '0'), '$APP_ID', '\x00', now(), now() FROM generate_series(1, 1000) AS n;
+INSERT INTO consents (project_id, fid, purpose, granted, actor, updated_at)
+  SELECT 'bench-proj', fid, 'messaging', true, 'default', now() FROM installations WHERE project_id = 'bench-proj';
+INSERT INTO registrations (project_id, fid, token, platform, created_at, refreshed_at)
+  SELECT 'bench-proj', fid, fid || ':seed', 'android', now(), now() FROM installations WHERE project_id = 'bench-proj';
+ANALYZE;
+SQL
+created=$(curl -s -H "x-goog-api-key: $WEB_KEY" -H 'Content-Type: application/json' \
+  -d "{\"fid\":\"\",\"appId\":\"$WEB_ID\",\"authVersion\":\"FIS_v2\",\"sdkVersion\":\"w:0.6.24\"}" \
+  http://127.0.0.1:18080/v1/projects/bench-proj/installations)
+FID=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["fid"])' "$created")
+REFRESH=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["refreshToken"])' "$created")
+cpu_ms() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+for w in $WORKLOADS; do
+  case $w in
+    healthz) args=(http://127.0.0.1:18080/healthz -s "$BENCH_DIR/wrk/get.lua") ;;
+    callback) args=(http://127.0.0.1:18080/ -s "$BENCH_DIR/wrk/refresh_callback.lua") ;;
+    create) args=(http://127.0.0.1:18080/v1/projects/bench-proj/installations -s "$BENCH_DIR/wrk/create_installation.lua") ;;
+    token) args=("http://127.0.0.1:18080/v1/projects/bench-proj/installations/$FID/authTokens:generate"
+                 -s "$BENCH_DIR/wrk/generate_token.lua") ;;
+    *) echo "unknown workload $w" >&2; exit 2 ;;
+  esac
+  load() {
+    SERVER_KEY=$SERVER_KEY APP_ID=$WEB_ID API_KEY=$WEB_KEY REFRESH=$REFRESH \
+      wrk -t2 -c64 -d"${DURATION}s" "${args[@]}" >"$WORK/profile-$w.wrk" 2>&1
+  }
+  # First without perf, for the CPU a request; then sampled.
+  before=$(cpu_ms "$SERVICE_PID")
+  load
+  after=$(cpu_ms "$SERVICE_PID")
+  done_=$(awk '/requests in/ {print $1}' "$WORK/profile-$w.wrk")
+  echo "## $w: $(grep -E 'Requests/sec' "$WORK/profile-$w.wrk" | xargs), service CPU $(( (after - before) * 1000000000 / $(getconf CLK_TCK) / done_ / 1000 )) µs a request"
+  perf record -F 499 -g -o "$WORK/perf-$w.data" -p "$SERVICE_PID" -- sleep "$DURATION" >/dev/null 2>&1 &
+  perf_pid=$!
+  load
+  wait "$perf_pid" || true
+  perf report -i "$WORK/perf-$w.data" --no-children --percent-limit "$PERCENT" --stdio -g none 2>/dev/null \
+    | grep -v '^#' | grep -v '^$' | head -40
+done
