@@ -6,10 +6,10 @@
 # consent with its ledger event, two topics each (region-0..99 and lang-0..19), 1 % deleted (their deletion records,
 # done a year ago: the purge's work), and a month of change feed (one event an installation). PostgreSQL with fsync
 # and synchronous commit on, shared_buffers 2 GB, pg_stat_statements for the jobs' statements.
-. "$(dirname "$0")/lib.sh"
-SIZES=${SIZES:-100000 10000000}
 DURATION=${DURATION:-5}
 CONNECTIONS=${CONNECTIONS:-16}
+. "$(dirname "$0")/lib.sh"
+SIZES=${SIZES:-100000 10000000}
 CHURN_SECONDS=${CHURN_SECONDS:-120}
 export BENCH_PG_OPTIONS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all ${BENCH_PG_OPTIONS:-}"
 build_release
@@ -68,7 +68,7 @@ SQL
   echo "### routes (wrk -t2 -c$CONNECTIONS -d${DURATION}s)"
   echo "name rps p50_ms p99_ms errors"
   # Reads first: the refreshes replace the seeded tokens that the sendability look-ups name.
-  for w in sendability registration topic condition feed receipt; do
+  for w in sendability iidinfo topic condition feed receipt; do
     N=$N WORKLOAD=$w SERVER_KEY=$SERVER_KEY FEED_AFTER=$FEED_AFTER run_wrk "scale-$N-$w" http://127.0.0.1:18090/ \
       -s "$BENCH_DIR/wrk/scale.lua" | sed "s/^scale-$N-//"
   done

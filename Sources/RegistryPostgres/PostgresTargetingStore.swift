@@ -94,15 +94,36 @@ struct PostgresTargetingStore: TargetingStore {
             RegistrationState.active.rawValue,
         ]
         let predicate = Self.sql(condition, binds: &binds)
+        let source: String
+        let order: String
+        if let topic = Self.drivingTopic(condition) {
+            // A topic every target must have: the page is read from that topic's subscribers (its index, in FID
+            // order), not from the project's registrations, so a page costs what the topic holds, not the project
+            // (`'a' in topics && 'b' in topics` with nobody in both read every registration to say so).
+            binds.append(topic)
+            source = """
+                FROM topic_subscriptions ts
+                JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
+                JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND \(Self.messagingGranted)
+                WHERE ts.project_id = $1 AND ts.topic = $\(binds.count) AND ts.fid > $3
+                """
+            order = "ts.fid"
+        } else {
+            source = """
+                FROM registrations r
+                JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND \(Self.messagingGranted)
+                WHERE r.project_id = $1
+                """
+            order = "r.fid"
+        }
         var query = PostgresQuery(
             unsafeSQL: """
                 SELECT r.fid, r.token, r.platform, r.refreshed_at, r.quarantined_at IS NOT NULL AS quarantined
-                FROM registrations r
-                JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND \(Self.messagingGranted)
-                WHERE r.project_id = $1 AND r.state = $5 AND r.refreshed_at > $2::timestamptz AND r.fid > $3
+                \(source)
+                  AND r.project_id = $1 AND r.state = $5 AND r.refreshed_at > $2::timestamptz AND r.fid > $3
                   AND c.fid > $3
                   AND (\(predicate))
-                ORDER BY r.fid LIMIT $4::int
+                ORDER BY \(order) LIMIT $4::int
                 """, binds: binds)
         // The SQL's shape is the client's condition: planned each time, never kept in the connection's cache.
         query.isPrepared = false
@@ -117,6 +138,15 @@ struct PostgresTargetingStore: TargetingStore {
 
     static let boundedJoins: PostgresQuery =
         "SELECT set_config('enable_hashjoin', 'off', true), set_config('max_parallel_workers_per_gather', '0', true)"
+
+    /// A topic the condition requires of every target (one of its top-level conjuncts), if any.
+    static func drivingTopic(_ condition: Condition) -> String? {
+        switch condition {
+        case let .topic(name): return name
+        case let .and(a, b): return drivingTopic(a) ?? drivingTopic(b)
+        case .not, .or, .users: return nil
+        }
+    }
 
     /// The consent a target needs, with its purpose and flag as constants: so the planner can use the partial index
     /// `consents_messaging_granted` (m025), which a bound parameter could not prove it may.

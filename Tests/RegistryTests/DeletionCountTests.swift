@@ -41,6 +41,34 @@ struct DeletionCountTests {
         }
     }
 
+    /// A backlog of deletion records is purged a batch a transaction, and at most `perRun` a run: what a run costs is
+    /// what it removes, never the table. Each record's feed events go with it, whichever batch it is in.
+    @Test(arguments: StoreKind.available)
+    func aBacklogIsPurgedInBatches(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            var fids: [String] = []
+            for _ in 0..<5 {
+                let i = try await f.installation()
+                fids.append(i.fid)
+                #expect(try await f.delete(i, reason: .server))
+            }
+            for _ in 0..<100 {
+                _ = try await f.services.jobs.relayEvents()
+                if try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100).count >= 10 { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            f.clock.advance(by: DeletionPolicy().auditPeriod + 1)
+            var job = f.services.jobs.purge
+            job.batch = 2
+            job.perRun = 3
+            #expect(try await job.run() == 3)
+            #expect(try await job.run() == 2)
+            #expect(try await job.run() == 0)
+            let left = try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100)
+            #expect(left.filter { fids.contains($0.fid) }.isEmpty)
+        }
+    }
+
     /// A database that had completed deletions before migration 15 starts its count from them.
     @Test(.enabled(if: TestDatabase.isAvailable))
     func theMigrationCountsTheDeletionsAlreadyDone() async throws {

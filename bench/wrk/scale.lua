@@ -4,7 +4,7 @@
 local n_max = tonumber(os.getenv("N"))
 local workload = os.getenv("WORKLOAD")
 local key = "Bearer " .. os.getenv("SERVER_KEY")
-local project = "/v1/projects/scale-proj"
+local project = "/v1/projects/" .. (os.getenv("PROJECT") or "scale-proj")
 local counter = 0
 
 local function fid_of(n) return string.format("c%010d%011d", (n * 48271) % 2147483647, n) end
@@ -28,8 +28,8 @@ request = function()
   elseif workload == "subscribe" then
     return wrk.format("POST", project .. "/registrations/" .. fid_of(live()) .. "/topicSubscriptions?topicName=s"
       .. math.random(1, 100), h, "{}")
-  elseif workload == "registration" then
-    return wrk.format("GET", project .. "/installations/" .. fid_of(live()) .. "/registration", h)
+  elseif workload == "iidinfo" then
+    return wrk.format("GET", "/iid/info/" .. token_of(fid_of(live())) .. "?details=true", h)
   elseif workload == "sendability" then
     return wrk.format("GET", project .. "/registrations/" .. token_of(fid_of(live())) .. ":sendability", h)
   elseif workload == "topic" then

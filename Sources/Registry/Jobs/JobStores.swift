@@ -161,8 +161,10 @@ public protocol MaintenanceStore: Sendable {
     /// deadline, recording services that never confirmed as overdue (by deletion id and FID hash); drops feed
     /// events older than `eventsBefore`. One replica at a time.
     ///
+    /// At most `limit` deletion records a call (one transaction each).
+    ///
     /// - Returns: the deletion records removed; 0 when another replica is purging.
-    func purge(at now: Date, completedBefore: Date, eventsBefore: Date) async throws -> Int
+    func purge(at now: Date, completedBefore: Date, eventsBefore: Date, limit: Int) async throws -> Int
     /// Reports each registration last refreshed before `cutoff` once, as `registration.expired`.
     func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int
     func recordRun(job: String, at: Date, durationSeconds: Double, processed: Int) async throws

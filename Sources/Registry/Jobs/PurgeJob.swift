@@ -7,11 +7,23 @@ public struct PurgeJob: Sendable {
     let policy: DeletionPolicy
     let clock: JobClock
 
+    /// Deletion records a transaction removes, and a run at most: a run's cost is that of what it removes, never of
+    /// the table, and a backlog (a replica back after days down) drains in short transactions over a few runs.
+    public var batch = 1000
+    public var perRun = 100_000
+
     /// - Returns: the deletion records removed.
     public func run() async throws -> Int {
         let now = try await clock.now()
-        return try await store.purge(
-            at: now, completedBefore: now.addingTimeInterval(-policy.auditPeriod),
-            eventsBefore: now.addingTimeInterval(-policy.eventRetention))
+        var total = 0
+        while total < perRun {
+            let limit = min(batch, perRun - total)
+            let removed = try await store.purge(
+                at: now, completedBefore: now.addingTimeInterval(-policy.auditPeriod),
+                eventsBefore: now.addingTimeInterval(-policy.eventRetention), limit: limit)
+            total += removed
+            if removed < limit { break }
+        }
+        return total
     }
 }

@@ -172,9 +172,9 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
             failures: (old?.failures ?? 0) + failed)
     }
 
-    public func purge(at now: Date, completedBefore: Date, eventsBefore: Date) async throws -> Int {
+    public func purge(at now: Date, completedBefore: Date, eventsBefore: Date, limit: Int) async throws -> Int {
         var count = 0
-        for (id, deletion) in deletions {
+        for (id, deletion) in deletions.sorted(by: { $0.key < $1.key }) where count < limit {
             let due = deletion.deadline <= now
             let audited = deletion.completedAt.map { $0 <= completedBefore } ?? false
             guard due || audited else { continue }
