@@ -3,7 +3,7 @@
 # functions and triggers) over DURATION seconds of one workload at c=64, per request: how many times each statement
 # ran, its execution time and the blocks it touched, with the jobs (relay, audit chaining) running every second as in
 # production. Plus PostgreSQL's CPU a request, from /proc.
-#   bash bench/pg_statements.sh [refresh consent subscribe create]      DURATION=10 TOP=12
+#   bash bench/pg_statements.sh [refresh consent subscribe create]      DURATION=10 TOP=12 PRE_SQL=
 . "$(dirname "$0")/lib.sh"
 WORKLOADS=${*:-refresh consent subscribe create}
 TOP=${TOP:-12}
@@ -30,6 +30,8 @@ INSERT INTO registrations (project_id, fid, token, platform, created_at, refresh
   SELECT 'pgs-proj', fid, left(fid || ':APA91b' || repeat(fid, 6), 152), 'android', now(), now() FROM s;
 VACUUM ANALYZE;
 SQL
+# PRE_SQL: a file of SQL run before the workloads (an earlier definition of a function, for a before/after).
+[ -n "${PRE_SQL:-}" ] && psql "$PGURL" -q -v ON_ERROR_STOP=1 -f "$PRE_SQL"
 PG=$(head -1 "$WORK/pg/data/postmaster.pid")
 tree_ticks() {
   local total=0 pid
