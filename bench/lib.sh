@@ -53,7 +53,8 @@ start_nginx() {
   mkdir -p "$WORK/nginx"
   sed -e "s#@ROOT@#$WORK#g" -e "s#127.0.0.1:8080#127.0.0.1:$port#" "$REPO/bench/nginx.conf.in" >"$WORK/nginx/nginx.conf"
   nginx -c "$WORK/nginx/nginx.conf" &
-  PIDS+=("$!")
+  NGINX_PID=$!
+  PIDS+=("$NGINX_PID")
   for _ in $(seq 1 50); do curl -fs "http://127.0.0.1:$port/" >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "nginx did not start" >&2
   exit 1

@@ -74,16 +74,21 @@ struct PostgresTargetingStore: TargetingStore {
             """
         }
         return try await db.transaction { connection in
-            let sample = min(filter.limit, Self.probeSample)
-            let span: Int =
-                try await connection.query(
-                    Self.densityProbe(projectID: filter.projectID, topic: topic, after: after, sample: sample)
-                ).first?.require("span") ?? 0
-            let plan: PagePlan = span < Self.denseSpan * sample ? .merged : .lookedUp
+            let plan = try await Self.plan(topic: topic, filter: filter, on: connection)
             let outcomes = try await connection.pipeline([plan.settings, page(plan)])
             _ = try outcomes[0].get()
             return try outcomes[1].get().map(Self.decode)
         }
+    }
+
+    /// How to join a page read from `topic`'s subscribers, by their density after the cursor (``densityProbe``).
+    static func plan(topic: String, filter: TargetFilter, on connection: PostgresConnection) async throws -> PagePlan {
+        let sample = min(filter.limit, probeSample)
+        let span: Int =
+            try await connection.query(
+                densityProbe(projectID: filter.projectID, topic: topic, after: filter.after ?? "", sample: sample)
+            ).first?.require("span") ?? 0
+        return span < denseSpan * sample ? .merged : .lookedUp
     }
 
     func resolve(condition: Condition, filter: TargetFilter) async throws -> [LiveRegistration] {
@@ -93,19 +98,32 @@ struct PostgresTargetingStore: TargetingStore {
             filter.projectID, filter.expiredBefore.postgresText, filter.after ?? "", String(filter.limit),
             RegistrationState.active.rawValue,
         ]
-        let predicate = Self.sql(condition, binds: &binds)
+        // The topics every target must have (top-level conjuncts) are joined, each by its index in FID order; the
+        // rest of the condition is a predicate. The page is then read from the first such topic's subscribers, not
+        // from the project's registrations: its cost is the topics', not the project's. With the topics as EXISTS
+        // subqueries, `'a' in topics && 'b' in topics` with nobody in both read every registration to say so (1.3 s
+        // at 1,000,000 installations); joined, the two topic indexes are merged first (26-31 ms).
+        let (topics, rest) = Self.requiredTopics(condition)
+        let predicate = rest.map { Self.sql($0, binds: &binds) } ?? "true"
         let source: String
         let order: String
-        if let topic = Self.drivingTopic(condition) {
-            // A topic every target must have: the page is read from that topic's subscribers (its index, in FID
-            // order), not from the project's registrations, so a page costs what the topic holds, not the project
-            // (`'a' in topics && 'b' in topics` with nobody in both read every registration to say so).
-            binds.append(topic)
+        if let first = topics.first {
+            binds.append(first)
+            let firstIndex = binds.count
+            var joins = ""
+            for (n, topic) in topics.dropFirst().enumerated() {
+                binds.append(topic)
+                joins += """
+
+                    JOIN topic_subscriptions t\(n) ON t\(n).project_id = ts.project_id AND t\(n).fid = ts.fid
+                        AND t\(n).topic = $\(binds.count) AND t\(n).fid > $3
+                    """
+            }
             source = """
-                FROM topic_subscriptions ts
+                FROM topic_subscriptions ts\(joins)
                 JOIN registrations r ON r.project_id = ts.project_id AND r.fid = ts.fid
                 JOIN consents c ON c.project_id = r.project_id AND c.fid = r.fid AND \(Self.messagingGranted)
-                WHERE ts.project_id = $1 AND ts.topic = $\(binds.count) AND ts.fid > $3
+                WHERE ts.project_id = $1 AND ts.topic = $\(firstIndex) AND ts.fid > $3
                 """
             order = "ts.fid"
         } else {
@@ -128,7 +146,8 @@ struct PostgresTargetingStore: TargetingStore {
         // The SQL's shape is the client's condition: planned each time, never kept in the connection's cache.
         query.isPrepared = false
         // As a topic's pages: no hash join or parallel plan, which read every remaining row of the project on the
-        // pages where the planner guessed few rows join (1.2 s a page of 10,000, against 100 ms merged).
+        // pages where the planner guessed few rows join (1.2 s a page of 10,000, against 100 ms merged). Of merge
+        // joins and nested loops, the planner's choice: the statement is planned with its values each time.
         return try await db.transaction { connection in
             let outcomes = try await connection.pipeline([Self.boundedJoins, query])
             _ = try outcomes[0].get()
@@ -139,13 +158,23 @@ struct PostgresTargetingStore: TargetingStore {
     static let boundedJoins: PostgresQuery =
         "SELECT set_config('enable_hashjoin', 'off', true), set_config('max_parallel_workers_per_gather', '0', true)"
 
-    /// A topic the condition requires of every target (one of its top-level conjuncts), if any.
-    static func drivingTopic(_ condition: Condition) -> String? {
-        switch condition {
-        case let .topic(name): return name
-        case let .and(a, b): return drivingTopic(a) ?? drivingTopic(b)
-        case .not, .or, .users: return nil
+    /// The topics a condition requires of every target (its top-level conjuncts that are topics, each once, in
+    /// order), and what remains of it (nil when nothing does).
+    static func requiredTopics(_ condition: Condition) -> (topics: [String], rest: Condition?) {
+        var topics: [String] = []
+        var rest: [Condition] = []
+        func walk(_ c: Condition) {
+            switch c {
+            case let .and(a, b):
+                walk(a)
+                walk(b)
+            case let .topic(name):
+                if !topics.contains(name) { topics.append(name) }
+            default: rest.append(c)
+            }
         }
+        walk(condition)
+        return (topics, rest.dropFirst().reduce(rest.first) { all, next in all.map { .and($0, next) } })
     }
 
     /// The consent a target needs, with its purpose and flag as constants: so the planner can use the partial index

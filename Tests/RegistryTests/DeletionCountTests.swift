@@ -108,3 +108,29 @@ struct DeletionCountTests {
         #expect(try counted?.require("done", as: Int.self) == 6)
     }
 }
+
+/// The audit chainer takes at most a share of one project a call, for fairness; a run still chains every pending
+/// entry of a busy project, not one share of it.
+@Suite("Audit chain runs")
+struct AuditChainRunTests {
+    @Test(arguments: StoreKind.available)
+    func aRunChainsMoreThanOneShareOfAProject(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let audit = f.services.audit
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for n in 0..<1200 {
+                    group.addTask {
+                        try await audit.record(
+                            projectID: f.project.id, action: "test.write", target: .resource("things/\(n)"),
+                            actor: "cli:test", requestID: "r\(n)", outcome: "OK")
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let heads = try await audit.chain()
+            #expect(heads.map(\.chained) == [1200])
+            #expect(try await audit.state(projectID: f.project.id)?.pending == 0)
+            #expect(try await audit.verify(projectID: f.project.id).intact)
+        }
+    }
+}

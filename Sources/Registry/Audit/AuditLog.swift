@@ -255,7 +255,10 @@ public struct AuditService: Sendable {
                     chained: (heads[head.projectID]?.chained ?? 0) + head.chained)
             }
             total += chained
-            if chained < batch { break }
+            // A call takes at most `chainShare` of one project, so a short call does not mean the queue is empty: only
+            // one that chained nothing does (or found another chainer at work). Ending at a short call chained at
+            // most 500 entries of a busy project a run, fewer than it wrote, and its queue grew without end.
+            if chained == 0 { break }
         }
         return heads.values.sorted { $0.projectID < $1.projectID }
     }
