@@ -65,10 +65,12 @@ SQL
     http://127.0.0.1:18090/v1/projects/scale-proj/installations)
   FID=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["fid"])' "$created")
   REFRESH=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["refreshToken"])' "$created")
-  echo "### routes (wrk -t2 -c$CONNECTIONS -d${DURATION}s)"
+  echo "### routes (wrk -t2 -c$CONNECTIONS -d${DURATION}s, each after a 2 s warm-up run that is not counted)"
   echo "name rps p50_ms p99_ms errors"
   # Reads first: the refreshes replace the seeded tokens that the sendability look-ups name.
   for w in sendability iidinfo topic condition feed receipt; do
+    DURATION=2 N=$N WORKLOAD=$w SERVER_KEY=$SERVER_KEY FEED_AFTER=$FEED_AFTER run_wrk "warm" http://127.0.0.1:18090/ \
+      -s "$BENCH_DIR/wrk/scale.lua" >/dev/null
     N=$N WORKLOAD=$w SERVER_KEY=$SERVER_KEY FEED_AFTER=$FEED_AFTER run_wrk "scale-$N-$w" http://127.0.0.1:18090/ \
       -s "$BENCH_DIR/wrk/scale.lua" | sed "s/^scale-$N-//"
   done
