@@ -58,4 +58,4 @@ print(f"batchAdd: {rps:.1f} requests/s = {rps * 1000:.0f} token-subscriptions/s"
 PY
 
 echo "# streaming a topic with $SUBSCRIBERS subscribers, pageSize=10000, three times"
-for _ in 1 2 3; do python3 "$BENCH_DIR/stream_topic.py" 18080 bench-proj big "$SERVER_KEY" "$SUBSCRIBERS"; done
+for _ in 1 2 3; do python3 "$BENCH_DIR/stream_targets.py" 18080 bench-proj big "$SERVER_KEY" "$SUBSCRIBERS" topic; done
