@@ -15,9 +15,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# BENCH_BIN runs a binary built elsewhere instead (a before/after pair: build each, then run the script twice).
 build_release() {
+  if [ -n "${BENCH_BIN:-}" ]; then BIN=$BENCH_BIN; return; fi
   (cd "$REPO" && . scripts/swift-env.sh && swift build -c release --product token-registry >&2)
   BIN=$REPO/.build/release/token-registry
+}
+
+# CPU ticks (user + system, reaped children included) of PostgreSQL: the postmaster and every backend.
+postgres_ticks() {
+  local root pid total=0
+  root=$(head -1 "$WORK/pg/data/postmaster.pid")
+  for pid in "$root" $(pgrep -P "$root"); do
+    [ -r "/proc/$pid/stat" ] && total=$(( total + $(awk '{print $14 + $15 + $16 + $17}' "/proc/$pid/stat") ))
+  done
+  echo "$total"
 }
 
 start_postgres() {

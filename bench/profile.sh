@@ -2,7 +2,8 @@
 # Where the service's CPU goes, per workload: wrk at c=64 for DURATION seconds while `perf record -g` samples the
 # service (and, separately, PostgreSQL's backends), then the top of `perf report` for each. Production settings: logs
 # at info, fsync and synchronous commit on.
-#   bash bench/profile.sh [healthz|callback|create|token|subscribe|consent ...]   DURATION=10 PERCENT=1.5
+#   bash bench/profile.sh [healthz|callback|create|token|subscribe|consent ...]   DURATION=10 PERCENT=1.5 PERF=1
+# PERF=0 skips the sampled pass (CPU a request only: a before/after with BENCH_BIN).
 . "$(dirname "$0")/lib.sh"
 WORKLOADS=${*:-healthz callback create token}
 PERCENT=${PERCENT:-1.5}
@@ -47,10 +48,15 @@ for w in $WORKLOADS; do
   }
   # First without perf, for the CPU a request; then sampled.
   before=$(cpu_ms "$SERVICE_PID")
+  pg_before=$(postgres_ticks)
   load
   after=$(cpu_ms "$SERVICE_PID")
+  pg_after=$(postgres_ticks)
   done_=$(awk '/requests in/ {print $1}' "$WORK/profile-$w.wrk")
-  echo "## $w: $(grep -E 'Requests/sec' "$WORK/profile-$w.wrk" | xargs), service CPU $(( (after - before) * 1000000000 / $(getconf CLK_TCK) / done_ / 1000 )) µs a request"
+  per() { echo $(( $1 * 1000000000 / $(getconf CLK_TCK) / done_ / 1000 )); }
+  echo "## $w: $(grep -E 'Requests/sec' "$WORK/profile-$w.wrk" | xargs), $(grep -E 'Latency' "$WORK/profile-$w.wrk" | xargs)," \
+    "service CPU $(per $(( after - before ))) µs a request, PostgreSQL CPU $(per $(( pg_after - pg_before ))) µs a request"
+  [ "${PERF:-1}" = 1 ] || continue
   perf record -F 499 -g -o "$WORK/perf-$w.data" -p "$SERVICE_PID" -- sleep "$DURATION" >/dev/null 2>&1 &
   perf_pid=$!
   load

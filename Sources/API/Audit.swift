@@ -81,6 +81,38 @@ public struct RouteEnvironment: Sendable {
     /// Told when an entry could not be appended (the action's answer stands; the failure is logged and counted).
     let auditFailed: @Sendable (any Error, RequestContext) -> Void
 
+    /// Runs a call of an audited route and appends its entry with the outcome it ended in, unless `appended` says the
+    /// call's write appended that entry already.
+    func audited(
+        _ audit: Audit, _ caller: Any, _ context: RequestContext, _ errors: ErrorShape,
+        appended: (@Sendable () -> String?)?, _ body: () async throws -> HTTPResponse
+    ) async throws -> HTTPResponse {
+        let response: HTTPResponse
+        do {
+            response = try await body()
+        } catch {
+            let outcome = Audit.outcome(errors.response(error).status)
+            if appended?() != outcome { await record(audit, caller, context: context, outcome: outcome) }
+            throw error
+        }
+        let outcome = Audit.outcome(response.status)
+        if appended?() != outcome { await record(audit, caller, context: context, outcome: outcome) }
+        return response
+    }
+
+    /// The entry of `audit` for a call by `caller`, for its write to append (``AuditCompanion``); nil when the call
+    /// is not audited.
+    func companion<Outcome>(
+        _ audit: Audit, _ caller: Any, _ context: RequestContext, outcomes: [Outcome: String]
+    ) -> AuditCompanion<Outcome>? {
+        guard let log = self.audit, let audited = caller as? any AuditedCaller, let actor = audited.auditActor,
+            let project = audited.auditProject
+        else { return nil }
+        return log.companion(
+            projectID: project, action: audit.action, target: audit.target(context), actor: actor,
+            requestID: context.requestID, outcomes: outcomes)
+    }
+
     /// Appends the entry of `audit` for a call by `caller` that ended in `outcome`.
     func record(_ audit: Audit, _ caller: Any, context: RequestContext, outcome: String) async {
         guard let log = self.audit, let audited = caller as? any AuditedCaller, let actor = audited.auditActor,

@@ -78,16 +78,39 @@ public struct Routes: Sendable {
                 run: { environment, context in
                     let caller = try await principal.resolve(environment.auth, context)
                     guard let audit else { return try await handler(context, caller) }
-                    let response: HTTPResponse
-                    do {
-                        response = try await handler(context, caller)
-                    } catch {
-                        await environment.record(
-                            audit, caller, context: context, outcome: Audit.outcome(errors.response(error).status))
-                        throw error
+                    return try await environment.audited(audit, caller, context, errors, appended: nil) {
+                        try await handler(context, caller)
                     }
-                    await environment.record(audit, caller, context: context, outcome: Audit.outcome(response.status))
-                    return response
+                },
+                runImmediately: nil))
+    }
+
+    /// Adds a route whose write appends the call's audit entry itself, in its own statement (``AuditCompanion``): the
+    /// handler hands the companion it receives (nil when the call is not audited) to that write. `answer` gives the
+    /// error each outcome of the write is answered with (nil: the call succeeds); the entry's outcome for each is
+    /// computed from it once, here. An answer that ends other than the entry says (a failure after the write) appends
+    /// an entry of its own.
+    public mutating func add<Caller, Outcome>(
+        _ method: HTTPMethod, _ template: String, _ principal: Principal<Caller>, errors: ErrorShape = .google,
+        audit: Audit, appendedBy outcomes: Outcome.Type, answer: (Outcome) -> (any Error)?,
+        _ handler: @escaping @Sendable (RequestContext, Caller, AuditCompanion<Outcome>?) async throws -> HTTPResponse
+    ) {
+        var table: [Outcome: String] = [:]
+        for outcome in Outcome.allCases {
+            table[outcome] = answer(outcome).map { Audit.outcome(errors.response($0).status) } ?? Audit.outcome(200)
+        }
+        let auditOutcomes = table
+        router.add(
+            method.rawValue, template,
+            Route(
+                method: method.rawValue, template: template, credentials: principal.credentials, browser: false,
+                immediate: false, errors: errors, audit: audit, admit: nil,
+                run: { environment, context in
+                    let caller = try await principal.resolve(environment.auth, context)
+                    let companion = environment.companion(audit, caller, context, outcomes: auditOutcomes)
+                    return try await environment.audited(
+                        audit, caller, context, errors, appended: { companion?.appendedOutcome }
+                    ) { try await handler(context, caller, companion) }
                 },
                 runImmediately: nil))
     }

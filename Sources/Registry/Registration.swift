@@ -207,6 +207,21 @@ public enum RegistrationWrite: Sendable {
     case consentOff
     /// `clientTime` is more than ``RefreshOutcome/maxClientTimeAhead`` seconds ahead of the store's clock.
     case clientTimeAhead
+
+    /// What a write came to, without the registration: what an audit entry appended with it records
+    /// (``AuditCompanion``).
+    public enum Kind: CaseIterable, Hashable, Sendable {
+        case stored, installationNotFound, consentOff, clientTimeAhead
+    }
+
+    public var kind: Kind {
+        switch self {
+        case .stored: return .stored
+        case .installationNotFound: return .installationNotFound
+        case .consentOff: return .consentOff
+        case .clientTimeAhead: return .clientTimeAhead
+        }
+    }
 }
 
 /// Storage of registrations.
@@ -216,7 +231,10 @@ public protocol RegistrationStore: Sendable {
     func register(_ registration: Registration) async throws -> RegistrationWrite
     /// The token refresh callback: supersedes, moves a token from another installation, or ignores an older one
     /// (``RefreshOutcome/accepts(incoming:stored:)``).
-    func refresh(_ registration: Registration) async throws -> RegistrationWrite
+    /// `audit`, when given, is appended in the same transaction as the write, with the outcome of what it came to,
+    /// and marked appended (``AuditCompanion/markAppended(_:)``).
+    func refresh(_ registration: Registration, audit: AuditCompanion<RegistrationWrite.Kind>?) async throws
+        -> RegistrationWrite
     /// The installations of `tokens` (one query for a whole batch); tokens not found are absent.
     func fids(projectID: String, tokens: [String]) async throws -> [String: String]
     func find(projectID: String, fid: String) async throws -> Registration?

@@ -22,12 +22,18 @@ public struct RegistrationService: Sendable {
     }
 
     private static func stored(_ write: RegistrationWrite, fid: String) throws -> (Registration, RefreshOutcome) {
-        switch write {
-        case let .stored(registration, outcome): return (registration, outcome)
-        case .installationNotFound: throw RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
-        case .consentOff: throw consentOff(fid)
+        if case let .stored(registration, outcome) = write { return (registration, outcome) }
+        throw error(write.kind, fid: fid)!
+    }
+
+    /// The error a write that came to `kind` answers; nil for a stored one.
+    public static func error(_ kind: RegistrationWrite.Kind, fid: String) -> RegistryError? {
+        switch kind {
+        case .stored: return nil
+        case .installationNotFound: return RegistryError(.notFound, "installation \(fid.prefix(64)) not found")
+        case .consentOff: return consentOff(fid)
         case .clientTimeAhead:
-            throw RegistryError.invalid(
+            return RegistryError.invalid(
                 "clientTime", "more than \(Int(RefreshOutcome.maxClientTimeAhead)) seconds ahead of the server's clock")
         }
     }
@@ -48,10 +54,10 @@ public struct RegistrationService: Sendable {
         return stored
     }
 
-    /// The token refresh callback from an app backend.
-    public func refresh(project: Project, fid: String, _ report: TokenRefresh) async throws -> (
-        Registration, RefreshOutcome
-    ) {
+    /// The token refresh callback from an app backend; `audit` is appended with the write.
+    public func refresh(
+        project: Project, fid: String, _ report: TokenRefresh, audit: AuditCompanion<RegistrationWrite.Kind>? = nil
+    ) async throws -> (Registration, RefreshOutcome) {
         guard RegistrationToken.isValid(report.token) else {
             throw RegistryError.invalid("token", "1-4096 characters of A-Z a-z 0-9 _ : . -")
         }
@@ -63,7 +69,7 @@ public struct RegistrationService: Sendable {
             projectID: project.id, fid: fid, token: report.token, platform: report.platform,
             apnsToken: report.apns?.token, apnsEnvironment: report.apns?.environment, clientTime: report.clientTime,
             createdAt: now, refreshedAt: now)
-        return try RegistrationService.stored(try await store.refresh(registration), fid: fid)
+        return try RegistrationService.stored(try await store.refresh(registration, audit: audit), fid: fid)
     }
 
     /// The registration a path names, by token or FID.

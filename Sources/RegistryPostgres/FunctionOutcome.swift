@@ -29,13 +29,22 @@ enum RegisterOutcome: String, FunctionOutcome {
 }
 
 /// `registry_refresh_token` (migration 19).
-enum RefreshTokenOutcome: String, FunctionOutcome {
+enum RefreshTokenOutcome: String, FunctionOutcome, CaseIterable {
     static let function = "registry_refresh_token"
     case notFound = "not_found"
     case ahead
     case consentOff = "consent_off"
     case older
     case written
+
+    var kind: RegistrationWrite.Kind {
+        switch self {
+        case .notFound: return .installationNotFound
+        case .ahead: return .clientTimeAhead
+        case .consentOff: return .consentOff
+        case .older, .written: return .stored
+        }
+    }
 }
 
 /// `registry_subscribe` (migration 14).

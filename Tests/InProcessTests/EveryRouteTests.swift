@@ -20,16 +20,18 @@ struct EveryRouteTests {
     }
 
     /// Every route through which a server credential can change state declares its audit entry, and each such call of
-    /// the walk above appended one (found by its request id), whatever it answered; the chain then verifies.
+    /// the walk above appended exactly one (found by its request id), whatever it answered; the chain then verifies.
     @Test func everyStateChangingServerRouteWritesAnAuditEntry() async throws {
         try await World.with { w in
             try await Self.exerciseEveryRoute(w)
             let audit = w.s.app.services.audit
             try await audit.chain()
             var recorded: Set<String> = []
+            var perRequest: [String: Int] = [:]
             for project in try await audit.projects() {
                 for entry in try await audit.entries(projectID: project, afterSeq: 0, limit: 100_000) {
                     recorded.insert(entry.requestID)
+                    perRequest[entry.requestID, default: 0] += 1
                     #expect(!entry.actor.isEmpty && !entry.actor.contains(w.s.serverKey))
                 }
                 let report = try await audit.verify(projectID: project)
@@ -48,6 +50,8 @@ struct EveryRouteTests {
                 #expect(!calls.isEmpty, "\(key) was not called with a server credential")
                 for call in calls {
                     #expect(recorded.contains(call.requestID), "\(key) (\(call.status)) wrote no audit entry")
+                    // One a call: a route whose write appends the entry (AuditCompanion) appends none of its own.
+                    #expect(perRequest[call.requestID, default: 0] <= 1, "\(key) (\(call.status)) wrote two entries")
                 }
             }
         }

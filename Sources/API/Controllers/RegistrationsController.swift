@@ -18,9 +18,11 @@ struct RegistrationsController: Sendable {
             .DELETE, "/v1/projects/{project}/registrations/{registration}",
             .either(.serverKey, when: { $0.hasBearer }, otherwise: .installationToken()), browser: true,
             audit: .registration("registrations.delete"), delete)
+        // The write appends the call's audit entry in its own statement: one round trip and one commit for both.
         routes.add(
             .PUT, "/v1/projects/{project}/installations/{fid}/registration", .serverKey,
-            audit: .installation("registrations.refresh"), callback)
+            audit: .installation("registrations.refresh"), appendedBy: RegistrationWrite.Kind.self,
+            answer: { RegistrationService.error($0, fid: "") }, callback)
         routes.add(
             .GET, "/v1/projects/{project}/registrations/{registration}:sendability", .serverKey, sendability)
     }
@@ -71,7 +73,9 @@ struct RegistrationsController: Sendable {
 
     /// `PUT /v1/projects/{project}/installations/{fid}/registration`: an app backend reports the token its client
     /// received. Idempotent; an older `clientTime` never replaces a newer token.
-    func callback(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+    func callback(
+        _ context: RequestContext, _ caller: ServerCaller, _ audit: AuditCompanion<RegistrationWrite.Kind>?
+    ) async throws -> HTTPResponse {
         let project = caller.project
         let fid = context.parameter("fid")
         guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
@@ -98,7 +102,7 @@ struct RegistrationsController: Sendable {
         }
         let (stored, outcome) = try await registrations.refresh(
             project: project, fid: fid,
-            TokenRefresh(token: token, platform: platform, apns: apns, clientTime: clientTime))
+            TokenRefresh(token: token, platform: platform, apns: apns, clientTime: clientTime), audit: audit)
         var json = RegistrationsController.json(stored, project: project)
         if case var .object(members) = json {
             members.append(("outcome", .string(outcome.rawValue)))

@@ -232,10 +232,18 @@ public struct AuditService: Sendable {
         projectID: String, action: String, target: AuditTarget, actor: String, requestID: String, outcome: String
     ) async throws {
         try await store.append(
-            AuditRecord(
-                projectID: projectID, at: clock.now(), action: action, target: text(projectID: projectID, target),
-                targetDigest: digest(projectID: projectID, target), subject: target.isSubject, actor: actor,
-                requestID: requestID, outcome: outcome))
+            draft(projectID: projectID, action: action, target: target, actor: actor, requestID: requestID)
+                .with(outcome: outcome))
+    }
+
+    /// An entry stamped now, its outcome empty.
+    func draft(projectID: String, action: String, target: AuditTarget, actor: String, requestID: String)
+        -> AuditRecord
+    {
+        AuditRecord(
+            projectID: projectID, at: clock.now(), action: action, target: text(projectID: projectID, target),
+            targetDigest: digest(projectID: projectID, target), subject: target.isSubject, actor: actor,
+            requestID: requestID, outcome: "")
     }
 
     /// Chains what is pending, batch by batch (the jobs loop does it each round; reads do it first, so a page shows

@@ -257,7 +257,18 @@ extension InMemoryStores: RegistrationStore {
         return .stored(stored, existing == nil ? .created : .refreshed)
     }
 
-    public func refresh(_ r: Registration) async throws -> RegistrationWrite {
+    public func refresh(_ r: Registration, audit: AuditCompanion<RegistrationWrite.Kind>?) async throws
+        -> RegistrationWrite
+    {
+        let write = refreshWrite(r)
+        if let audit {  // in the same step as the write, as PostgreSQL's statement appends it
+            auditPending.append(audit.record(write.kind))
+            audit.markAppended(write.kind)
+        }
+        return write
+    }
+
+    private func refreshWrite(_ r: Registration) -> RegistrationWrite {
         let key = Key(projectID: r.projectID, fid: r.fid)
         guard installations[key] != nil else { return .installationNotFound }
         if let clientTime = r.clientTime, clientTime.timeIntervalSince(clock.now()) > RefreshOutcome.maxClientTimeAhead
