@@ -8,6 +8,8 @@ mkdir -p "$WORK"
 DURATION=${DURATION:-10}
 CONNECTIONS=${CONNECTIONS:-64}
 PIDS=()
+# What the scripts run besides the service: the load generator, the nginx reference, perf for the profiles.
+"$REPO/scripts/install-deps.sh" wrk nginx linux-perf pgbouncer >&2
 
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done

@@ -2,8 +2,9 @@ import Foundation
 import Postgres
 import Registry
 
-/// The token refresh callback on PostgreSQL: one call of `registry_refresh_token` (migration 19), in autocommit, so
-/// one round trip and one transaction, whatever the case (a token moved from another installation included).
+/// The token refresh callback on PostgreSQL: one call of `registry_refresh_token` (migration 19), with its audit entry
+/// (migration 26), group-committed, so one round trip and one transaction, whatever the case (a token moved from
+/// another installation included).
 ///
 /// The function takes the installation's row lock first, in a statement of its own, and reads the consent and the
 /// stored registration only after it holds it: each statement of a VOLATILE PL/pgSQL function takes a new snapshot in
@@ -23,9 +24,9 @@ extension PostgresRegistrationStore {
         }
     }
 
-    /// The function's call, and the audit entry's insert beside it in the same statement (so in its transaction):
-    /// the entry's outcome is looked up from the function's, through arrays made from ``RefreshTokenOutcome`` here.
-    /// Without an entry, the insert's `WHERE` is false and it writes nothing.
+    /// The function's call, with the audit entry it appends in the same statement (`registry_refresh_token_audited`,
+    /// migration 26): the entry's outcome for each of the function's outcomes is passed as a table, built here from
+    /// ``RefreshTokenOutcome``. Without an entry, its fields are NULL and the function appends none.
     private func refreshOnce(_ r: Registration, audit: AuditCompanion<RegistrationWrite.Kind>?) async throws
         -> RegistrationWrite
     {
@@ -35,25 +36,15 @@ extension PostgresRegistrationStore {
         guard
             let row = try await db.groupCommitted(
                 """
-                WITH r AS MATERIALIZED (
-                    SELECT outcome, previous, moved_from, (reg).* FROM registry_refresh_token(\(r.projectID), \(r.fid),
-                        \(r.token), \(r.platform.rawValue), \(r.apnsToken), \(r.apnsEnvironment?.rawValue),
-                        \(r.state.rawValue), \(r.clientTime)::timestamptz, \(r.createdAt)::timestamptz,
-                        \(r.refreshedAt)::timestamptz, \(RefreshOutcome.maxClientTimeAhead)::float8,
-                        \(ConsentService.messaging), \(EventType.registrationCreated.rawValue),
-                        \(EventType.registrationRefreshed.rawValue), \(EventType.registrationMoved.rawValue),
-                        \(Outbox.platform(r.platform).text))
-                ), entry AS (
-                    INSERT INTO audit_pending (project_id, at, action, target, target_digest, subject, actor, request_id,
-                        outcome)
-                    SELECT \(entry?.projectID)::text, \(entry?.at)::timestamptz, \(entry?.action)::text,
-                        \(entry?.target)::text, \(entry.map { ByteA($0.targetDigest) })::bytea, \(entry?.subject)::boolean,
-                        \(entry?.actor)::text, \(entry?.requestID)::text,
-                        (SELECT o FROM unnest(\(TextArray(outcomes.map(\.rawValue)))::text[],
-                            \(TextArray(auditOutcomes))::text[]) AS m(k, o) WHERE m.k = r.outcome)
-                    FROM r WHERE \(entry != nil)::boolean
-                )
-                SELECT * FROM r
+                SELECT outcome, previous, moved_from, (reg).* FROM registry_refresh_token_audited(\(r.projectID),
+                    \(r.fid), \(r.token), \(r.platform.rawValue), \(r.apnsToken), \(r.apnsEnvironment?.rawValue),
+                    \(r.state.rawValue), \(r.clientTime)::timestamptz, \(r.createdAt)::timestamptz,
+                    \(r.refreshedAt)::timestamptz, \(RefreshOutcome.maxClientTimeAhead)::float8,
+                    \(ConsentService.messaging), \(EventType.registrationCreated.rawValue),
+                    \(EventType.registrationRefreshed.rawValue), \(EventType.registrationMoved.rawValue),
+                    \(Outbox.platform(r.platform).text), \(entry?.at)::timestamptz, \(entry?.action), \(entry?.target),
+                    \(entry.map { ByteA($0.targetDigest) }), \(entry?.subject), \(entry?.actor), \(entry?.requestID),
+                    \(TextArray(outcomes.map(\.rawValue))), \(TextArray(auditOutcomes)))
                 """, key: r.projectID + "/" + r.fid
             ).first
         else { throw RegistryError(.internal, "registry_refresh_token returned no row") }

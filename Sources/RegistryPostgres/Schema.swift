@@ -28,6 +28,7 @@ public enum Schema {
         migration(23, "people_and_audit", PackageResources.m023_people_and_audit_sql),
         migration(24, "imports", PackageResources.m024_imports_sql),
         migration(25, "write_and_stream_costs", PackageResources.m025_write_and_stream_costs_sql),
+        migration(26, "refresh_with_its_audit_entry", PackageResources.m026_refresh_with_its_audit_entry_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {
