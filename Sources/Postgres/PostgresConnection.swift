@@ -32,12 +32,12 @@ public actor PostgresConnection {
         }
 
         /// Run once on connecting. `TimeZone` is one of the parameters a pooler replays on every server connection
-        /// it hands over (pgbouncer tracks it from the server's `ParameterStatus`), so it is set here in both modes.
+        /// it hands over (pgbouncer tracks it from the server's `ParameterStatus`), so it is set here in both modes;
+        /// the others only without a pooler, where they would stay on a server connection other clients share.
         var onConnect: String {
+            guard !transactionPooled else { return "SET TimeZone = 'UTC'" }
             var sql = "SET TimeZone = 'UTC'; SET client_min_messages = warning"
-            if !transactionPooled, let statementTimeoutMillis {
-                sql += "; SET statement_timeout = \(statementTimeoutMillis)"
-            }
+            if let statementTimeoutMillis { sql += "; SET statement_timeout = \(statementTimeoutMillis)" }
             return sql
         }
 
@@ -134,7 +134,17 @@ public actor PostgresConnection {
                     continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: message)))
                     return
                 }
-                PQclear(PQexec(conn, onConnect))
+                // A setting that fails (a statement timeout the server refuses) fails the connection: running on
+                // without it would run without the bound it sets.
+                let settings = PQexec(conn, onConnect)
+                let applied = PQresultStatus(settings) == PGRES_COMMAND_OK
+                PQclear(settings)
+                guard applied else {
+                    let message = String(cString: PQerrorMessage(conn)).trimmingTrailingNewlines()
+                    PQfinish(conn)
+                    continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: message)))
+                    return
+                }
                 guard PQsetnonblocking(conn, 1) == 0 else {
                     let message = String(cString: PQerrorMessage(conn)).trimmingTrailingNewlines()
                     PQfinish(conn)

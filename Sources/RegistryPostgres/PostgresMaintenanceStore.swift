@@ -11,12 +11,15 @@ struct PostgresMaintenanceStore: MaintenanceStore {
     /// everything left of them goes in one statement per table, not one per record: the outbox has no index by FID
     /// (every write appends to it and the relay empties it each second), so a statement per record read it whole each
     /// time (14 ms a record with a 68,000-row backlog in bench/scale.sh).
-    func purge(at now: Date, completedBefore: Date, eventsBefore: Date, limit: Int) async throws -> Int {
+    /// Takes the purge's lock for the transaction; false when another replica holds it.
+    private static func purgeLocked(_ c: PostgresConnection) async throws -> Bool {
+        try await c.query("SELECT pg_try_advisory_xact_lock(\(Self.purgeLock)) AS ok").first?.require(
+            "ok", as: Bool.self) == true
+    }
+
+    func purge(at now: Date, completedBefore: Date, limit: Int) async throws -> Int {
         try await db.transaction { c in
-            guard
-                try await c.query("SELECT pg_try_advisory_xact_lock(\(Self.purgeLock)) AS ok").first?.require(
-                    "ok", as: Bool.self) == true
-            else { return 0 }
+            guard try await Self.purgeLocked(c) else { return 0 }
             let due = try await c.query(
                 """
                 SELECT id FROM (
@@ -63,6 +66,13 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                       AND a.target_digest = gone.fid_hmac AND a.target IS NOT NULL)
                 SELECT count(*)::int AS n FROM gone
                 """)
+            return try purged.first?.require("n", as: Int.self) ?? 0
+        }
+    }
+
+    func finishPurge(at now: Date, eventsBefore: Date) async throws {
+        try await db.transaction { c in
+            guard try await Self.purgeLocked(c) else { return }
             // A person whose erasure has no deletion record left leaves the audit log's clear text too.
             try await c.query(
                 """
@@ -85,7 +95,6 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 WITH folded AS (DELETE FROM deletion_count_changes RETURNING done)
                 UPDATE deletion_counts SET done = deletion_counts.done + (SELECT coalesce(sum(done), 0) FROM folded)
                 """)
-            return try purged.first?.require("n", as: Int.self) ?? 0
         }
     }
 

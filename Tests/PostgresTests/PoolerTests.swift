@@ -32,6 +32,28 @@ struct PoolerTests {
         }
     }
 
+    /// A pooled client sets nothing on the session of the server connection it shares: a client without the setting
+    /// that gets the same server connection next sees the server's defaults.
+    @Test func aPooledClientLeavesNoSettingOnTheSharedServerConnection() async throws {
+        try await withBouncer(poolSize: 1) { _, url in
+            let pooled = try await PostgresConnection.connect(
+                url, settings: .init(statementTimeoutMillis: 1234, transactionPooled: true))
+            #expect(try await pooled.query("SHOW statement_timeout").first?.require("statement_timeout") == "1234ms")
+            #expect(try await pooled.query("SHOW client_min_messages").first?.require("client_min_messages") == "warning")
+            // psql, a client that sets nothing, on the pool's one server connection.
+            let psql = Process()
+            psql.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+            psql.arguments = [url, "-Atc", "SHOW statement_timeout; SHOW client_min_messages"]
+            let out = Pipe()
+            psql.standardOutput = out
+            try psql.run()
+            psql.waitUntilExit()
+            let shown = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .split(separator: "\n").map(String.init)
+            #expect(shown == ["0", "notice"], "the shared server connection kept a client's settings: \(shown)")
+        }
+    }
+
     /// Many more client connections than server ones, statements and transactions interleaved: every one answers
     /// its own result and every write is there afterwards.
     @Test func aPoolOfMoreConnectionsThanTheServersRunsStatementsAndTransactions() async throws {

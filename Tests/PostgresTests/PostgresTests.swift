@@ -142,6 +142,17 @@ struct PostgresTests {
         }
     }
 
+    /// A session setting the server refuses fails the connection: it never runs on without the bound it sets.
+    @Test func aRefusedSessionSettingFailsTheConnection() async throws {
+        try await withDatabase { url in
+            let fine = try await PostgresConnection.connect(url, settings: .init(statementTimeoutMillis: 5000))
+            #expect(try await fine.query("SHOW statement_timeout").first?.require("statement_timeout") == "5s")
+            await #expect(throws: PostgresError.self) {
+                _ = try await PostgresConnection.connect(url, settings: .init(statementTimeoutMillis: -1))
+            }
+        }
+    }
+
     @Test func sqlStateIsReported() async throws {
         try await withDatabase { url in
             let pool = PostgresPool(.init(conninfo: url))

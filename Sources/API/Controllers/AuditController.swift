@@ -19,8 +19,10 @@ struct AuditController {
             guard let seq = Int64(token), seq >= 0 else { throw APIError.invalid("pageToken: not a page token from this service") }
             after = seq
         }
-        // What is pending is chained first, so a page shows every entry appended before it was asked for.
-        try await audit.chain(limit: 10_000)
+        // What is pending is chained first, so a page shows the entries appended before it was asked for: one chainer
+        // call (one batch, at most a share of each project), so that a read pays a bounded part of every project's
+        // backlog; whatever is still pending then is counted in `pending`, and the jobs chain it within a round.
+        try await audit.chain(limit: AuditService.chainBatch)
         let state = try await audit.state(projectID: project.id)
         let page = try await audit.entries(projectID: project.id, afterSeq: max(after, state?.anchorSeq ?? 0), limit: size + 1)
         var members: [(String, JSONValue)] = [("entries", .array(page.prefix(size).map(Self.json)))]

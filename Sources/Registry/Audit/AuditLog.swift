@@ -272,7 +272,7 @@ public struct AuditService: Sendable {
     }
 
     /// Entries one chainer's call (one transaction) takes, and of those at most this many of one project.
-    static let chainBatch = 2000
+    public static let chainBatch = 2000
     static let chainShare = 500
 
     public func entries(projectID: String, afterSeq: Int64, limit: Int) async throws -> [AuditEntry] {

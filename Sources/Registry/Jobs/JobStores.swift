@@ -158,13 +158,18 @@ public struct RegistryGauges: Sendable, Equatable {
 /// Housekeeping the jobs ask of the store.
 public protocol MaintenanceStore: Sendable {
     /// Removes deletion records whose audit period ended (`completedBefore`) and everything left of a FID at its
-    /// deadline, recording services that never confirmed as overdue (by deletion id and FID hash); drops feed
-    /// events older than `eventsBefore`. One replica at a time.
+    /// deadline, recording services that never confirmed as overdue (by deletion id and FID hash). One replica at a
+    /// time.
     ///
     /// At most `limit` deletion records a call (one transaction each).
     ///
     /// - Returns: the deletion records removed; 0 when another replica is purging.
-    func purge(at now: Date, completedBefore: Date, eventsBefore: Date, limit: Int) async throws -> Int
+    func purge(at now: Date, completedBefore: Date, limit: Int) async throws -> Int
+    /// The round's work after its batches of ``purge(at:completedBefore:limit:)``, once a round whatever their number:
+    /// drops feed events older than `eventsBefore` (a bounded number), clears the audit log's clear text of people
+    /// whose erasure has no deletion record left, and folds the completions counted into the deletion counts. One
+    /// replica at a time (nothing when another is purging).
+    func finishPurge(at now: Date, eventsBefore: Date) async throws
     /// Reports each registration last refreshed before `cutoff` once, as `registration.expired`.
     func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int
     func recordRun(job: String, at: Date, durationSeconds: Double, processed: Int) async throws

@@ -19,11 +19,12 @@ public struct PurgeJob: Sendable {
         while total < perRun {
             let limit = min(batch, perRun - total)
             let removed = try await store.purge(
-                at: now, completedBefore: now.addingTimeInterval(-policy.auditPeriod),
-                eventsBefore: now.addingTimeInterval(-policy.eventRetention), limit: limit)
+                at: now, completedBefore: now.addingTimeInterval(-policy.auditPeriod), limit: limit)
             total += removed
             if removed < limit { break }
         }
+        // Once a run, not a batch: a backlog's hundred batches would otherwise drop a hundred rounds of events.
+        try await store.finishPurge(at: now, eventsBefore: now.addingTimeInterval(-policy.eventRetention))
         return total
     }
 }

@@ -172,7 +172,7 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
             failures: (old?.failures ?? 0) + failed)
     }
 
-    public func purge(at now: Date, completedBefore: Date, eventsBefore: Date, limit: Int) async throws -> Int {
+    public func purge(at now: Date, completedBefore: Date, limit: Int) async throws -> Int {
         var count = 0
         for (id, deletion) in deletions.sorted(by: { $0.key < $1.key }) where count < limit {
             let due = deletion.deadline <= now
@@ -200,10 +200,13 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
             outbox.removeAll { $0.projectID == deletion.projectID && $0.fid == deletion.fid }
             count += 1
         }
+        return count
+    }
+
+    public func finishPurge(at now: Date, eventsBefore: Date) async throws {
         // As on PostgreSQL: the events before the first one at or after `eventsBefore`, in feed order.
         feed.removeSubrange(..<(feed.firstIndex { $0.event.time >= eventsBefore } ?? feed.endIndex))
         scrubErasedUsers()
-        return count
     }
 
     public func reportExpiredRegistrations(before cutoff: Date, limit: Int) async throws -> Int {

@@ -170,7 +170,7 @@ extension InMemoryStores: UserStore, ErasureStore, SubjectStore {
             .sorted { ($0.requestedAt, $0.id) < ($1.requestedAt, $1.id) }.map(record)
     }
 
-    /// The purge's part for people and the audit log (``purge(at:completedBefore:eventsBefore:limit:)``), before the
+    /// The purge's part for people and the audit log (``purge(at:completedBefore:limit:)``), before the
     /// deletion `id` leaves: its outcome copied to its erasure, and the log's clear mentions of its FID cleared.
     func purging(_ deletion: Deletion, at now: Date) {
         let record = record(deletion)
