@@ -30,7 +30,13 @@ PROJECT = "pooler-test"
 
 def start_pgbouncer(workdir):
     """pgbouncer on a Unix socket in `workdir` in front of the test cluster; returns (process, socket dir, port)."""
-    os.chmod(workdir, 0o777)
+    # The socket takes anyone (auth_type trust) to the cluster's superuser: only pgbouncer's user may reach it (root,
+    # which runs this test, passes the directory's permissions regardless).
+    os.chmod(workdir, 0o700)
+    if os.getuid() == 0:
+        import pwd
+        postgres = pwd.getpwnam("postgres")
+        os.chown(workdir, postgres.pw_uid, postgres.pw_gid)
     upstream = " ".join(p for p in ADMIN.split() if p.startswith(("host=", "port=")))
     user = next((p[5:] for p in ADMIN.split() if p.startswith("user=")), "postgres")
     port = 6432

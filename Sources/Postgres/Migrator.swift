@@ -20,6 +20,12 @@ public struct Migrator: Sendable {
     static let lockKey: Int64 = 0x746f6b656e726567
 
     public let migrations: [Migration]
+    /// How long a migration's statement waits for a table's lock before its transaction gives up and is run again
+    /// (`lock_timeout`). A DDL statement queued behind a long reader makes every later query of that table queue
+    /// behind it, so on a live database the wait is kept short and retried, never open-ended.
+    public var lockTimeout: Duration = .seconds(3)
+    /// Attempts of a migration whose locks were not granted in time, a second apart, before migrating fails.
+    public var lockAttempts = 20
 
     public init(migrations: [Migration]) {
         self.migrations = migrations.sorted { $0.version < $1.version }
@@ -44,7 +50,7 @@ public struct Migrator: Sendable {
         let done = Set(try await versions(on: connection))
         var applied: [Int] = []
         for migration in migrations where !done.contains(migration.version) {
-            let ran = try await locked(on: connection) { () -> Bool in
+            let ran = try await retryingLockTimeouts(migration) { try await locked(on: connection) { () -> Bool in
                 // Another replica may have applied it while this one waited for the lock.
                 guard try await !versions(on: connection, only: migration.version).isEmpty else {
                     try await connection.execute(migration.sql)
@@ -53,7 +59,7 @@ public struct Migrator: Sendable {
                     return true
                 }
                 return false
-            }
+            } }
             if ran { applied.append(migration.version) }
         }
         return applied
@@ -65,11 +71,34 @@ public struct Migrator: Sendable {
         return try rows.map { try $0.require("version", as: Int.self) }
     }
 
-    /// Runs `body` in a transaction holding the migration lock.
+    /// Runs `body` again while it fails for a lock not granted within ``lockTimeout`` (SQLSTATE 55P03), up to
+    /// ``lockAttempts`` times.
+    private func retryingLockTimeouts<T>(_ migration: Migration, _ body: () async throws -> T) async throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try await body()
+            } catch let error as PostgresError where error.sqlState == PostgresError.lockNotAvailable {
+                guard attempt < lockAttempts else {
+                    throw PostgresError(
+                        .server, sqlState: error.sqlState,
+                        message: "migration \(migration.version) (\(migration.name)): a table it changes stayed "
+                            + "locked by other sessions through \(lockAttempts) attempts of \(lockTimeout) each; "
+                            + "see pg_stat_activity for long transactions, then migrate again")
+                }
+                attempt += 1
+                try await Task.sleep(for: .seconds(1))
+            }
+        }
+    }
+
+    /// Runs `body` in a transaction holding the migration lock, its other lock waits bounded by ``lockTimeout``.
     private func locked<T: Sendable>(on connection: PostgresConnection, _ body: () async throws -> T) async throws -> T {
         try await connection.execute("BEGIN")
         do {
+            // The advisory lock waits as long as another migrator runs; only then are the table locks bounded.
             _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Migrator.lockKey))::text AS locked")
+            try await connection.execute("SET LOCAL lock_timeout = \(max(1, Int((lockTimeout / .milliseconds(1)).rounded(.up))))")
             let value = try await body()
             try await connection.execute("COMMIT")
             return value

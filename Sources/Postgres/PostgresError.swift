@@ -49,4 +49,6 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public static let foreignKeyViolation = "23503"
     public static let serializationFailure = "40001"
     public static let deadlockDetected = "40P01"
+    /// `lock_timeout` ran out (or `NOWAIT` found the lock taken).
+    public static let lockNotAvailable = "55P03"
 }

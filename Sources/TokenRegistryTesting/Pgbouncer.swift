@@ -28,8 +28,15 @@ public final class Pgbouncer: @unchecked Sendable {
             throw PostgresError(.connectionFailed, message: "\(Self.binary) is missing (apt-get install pgbouncer)")
         }
         directory = NSTemporaryDirectory() + "pgbouncer-" + UUID().uuidString.prefix(8).lowercased()
+        // Its socket takes anyone (auth_type trust) to the cluster's superuser: only the user running pgbouncer may
+        // reach it (root, the tests' user when they run as root, passes the directory's permissions regardless).
         try FileManager.default.createDirectory(
-            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o777])
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        if getuid() == 0, let postgres = getpwnam("postgres") {
+            guard chown(directory, postgres.pointee.pw_uid, postgres.pointee.pw_gid) == 0 else {
+                throw PostgresError(.connectionFailed, message: "chown \(directory) to postgres failed")
+            }
+        }
         let upstream = admin.split(separator: " ").filter { $0.hasPrefix("host=") || $0.hasPrefix("port=") }
         let user = admin.split(separator: " ").first { $0.hasPrefix("user=") }.map { String($0.dropFirst(5)) }
             ?? "postgres"

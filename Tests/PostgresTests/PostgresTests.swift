@@ -328,6 +328,59 @@ struct PostgresTests {
         }
     }
 
+    /// A migration's DDL queued behind a long reader would queue every later query of the table behind it: its wait
+    /// is bounded (lock_timeout) and retried, so readers wait at most one timeout, and the migration runs once the
+    /// reader is gone. Forced: another session holds the table while the migration runs and readers read.
+    @Test func aMigrationBlockedByAReaderHoldsUpOtherReadersOnlyBriefly() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url))
+            defer { pool.close() }
+            try await pool.query("CREATE TABLE busy (v int)")
+            let holder = try await PostgresConnection.connect(url)
+            try await holder.execute("BEGIN; SELECT * FROM busy")
+            var migrator = Migrator(migrations: [
+                Migration(version: 1, name: "alter", sql: "ALTER TABLE busy ADD COLUMN w int")
+            ])
+            migrator.lockTimeout = .milliseconds(200)
+            migrator.lockAttempts = 60
+            let migrating = Task { try await migrator.migrate(conninfo: url) }
+            let release = Task {
+                try await Task.sleep(for: .seconds(6))
+                try await holder.execute("COMMIT")
+            }
+            var slowest: Duration = .zero
+            for _ in 0..<8 {
+                try await Task.sleep(for: .milliseconds(300))
+                let start = ContinuousClock.now
+                _ = try await pool.query("SELECT count(*) AS n FROM busy")
+                slowest = max(slowest, ContinuousClock.now - start)
+            }
+            #expect(slowest < .seconds(2.5), "a reader waited \(slowest) behind the migration")
+            try await release.value
+            #expect(try await migrating.value == [1])
+            #expect(try await pool.query("SELECT w FROM busy").isEmpty)
+        }
+    }
+
+    @Test func aMigrationThatNeverGetsItsLocksFailsNamingIt() async throws {
+        try await withDatabase { url in
+            let holder = try await PostgresConnection.connect(url)
+            try await holder.execute("CREATE TABLE held (v int)")
+            try await holder.execute("BEGIN; LOCK TABLE held IN ACCESS SHARE MODE")
+            var migrator = Migrator(migrations: [Migration(version: 1, name: "alter", sql: "DROP TABLE held")])
+            migrator.lockTimeout = .milliseconds(50)
+            migrator.lockAttempts = 2
+            do {
+                _ = try await migrator.migrate(conninfo: url)
+                Issue.record("the migration ran while the table was held")
+            } catch let error as PostgresError {
+                #expect(error.sqlState == PostgresError.lockNotAvailable)
+                #expect(error.message.contains("migration 1 (alter)"), "\(error)")
+            }
+            try await holder.execute("ROLLBACK")
+        }
+    }
+
     @Test func concurrentMigratorsApplyEachMigrationOnce() async throws {
         try await withDatabase { url in
             let migrator = Migrator(migrations: [
