@@ -133,4 +133,25 @@ struct AuditChainRunTests {
             #expect(try await audit.verify(projectID: f.project.id).intact)
         }
     }
+
+    /// Four projects that each keep more than a share pending fill a chainer's call; a quiet project whose entry has
+    /// waited longer is still chained in the first call (in project_id order, the busy "aa-" ones took every call).
+    @Test(arguments: StoreKind.available)
+    func busyProjectsDoNotHoldBackAQuietOnesEntries(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let audit = f.services.audit
+            func record(_ project: String, _ n: Int) async throws {
+                try await audit.record(
+                    projectID: project, action: "test.write", target: .resource("things/\(n)"), actor: "cli:test",
+                    requestID: "r\(n)", outcome: "OK")
+            }
+            try await record("zz-quiet", 0)
+            for busy in 1...4 {
+                for n in 0..<600 { try await record("aa-busy-\(busy)", n) }
+            }
+            let heads = try await audit.chain(limit: AuditService.chainBatch)
+            #expect(heads.contains { $0.projectID == "zz-quiet" && $0.chained == 1 }, "\(heads.map(\.projectID))")
+            #expect(heads.reduce(0) { $0 + $1.chained } <= AuditService.chainBatch)
+        }
+    }
 }
