@@ -69,20 +69,13 @@ public struct Routes: Sendable {
         errors: ErrorShape = .google, audit: Audit? = nil, admit: (@Sendable (RequestContext) -> HTTPResponse?)? = nil,
         _ handler: @escaping RouteHandler<Caller>
     ) {
-        precondition(!principal.credentials.isEmpty, "a route declares who may call it: \(method) \(template)")
-        router.add(
-            method.rawValue, template,
-            Route(
-                method: method.rawValue, template: template, credentials: principal.credentials, browser: browser,
-                immediate: false, errors: errors, audit: audit, admit: admit,
-                run: { environment, context in
-                    let caller = try await principal.resolve(environment.auth, context)
-                    guard let audit else { return try await handler(context, caller) }
-                    return try await environment.audited(audit, caller, context, errors, appended: nil) {
-                        try await handler(context, caller)
-                    }
-                },
-                runImmediately: nil))
+        addResolving(method, template, principal, browser: browser, errors: errors, audit: audit, admit: admit) {
+            environment, context, caller in
+            guard let audit else { return try await handler(context, caller) }
+            return try await environment.audited(audit, caller, context, errors, appended: nil) {
+                try await handler(context, caller)
+            }
+        }
     }
 
     /// Adds a route whose write appends the call's audit entry itself, in its own statement (``AuditCompanion``): the
@@ -100,17 +93,29 @@ public struct Routes: Sendable {
             table[outcome] = answer(outcome).map { Audit.outcome(errors.response($0).status) } ?? Audit.outcome(200)
         }
         let auditOutcomes = table
+        addResolving(method, template, principal, browser: false, errors: errors, audit: audit, admit: nil) {
+            environment, context, caller in
+            let companion = environment.companion(audit, caller, context, outcomes: auditOutcomes)
+            return try await environment.audited(
+                audit, caller, context, errors, appended: { companion?.appendedOutcome }
+            ) { try await handler(context, caller, companion) }
+        }
+    }
+
+    /// A route that resolves `principal`, then runs `run` with the caller.
+    private mutating func addResolving<Caller>(
+        _ method: HTTPMethod, _ template: String, _ principal: Principal<Caller>, browser: Bool, errors: ErrorShape,
+        audit: Audit?, admit: (@Sendable (RequestContext) -> HTTPResponse?)?,
+        _ run: @escaping @Sendable (RouteEnvironment, RequestContext, Caller) async throws -> HTTPResponse
+    ) {
+        precondition(!principal.credentials.isEmpty, "a route declares who may call it: \(method) \(template)")
         router.add(
             method.rawValue, template,
             Route(
-                method: method.rawValue, template: template, credentials: principal.credentials, browser: false,
-                immediate: false, errors: errors, audit: audit, admit: nil,
+                method: method.rawValue, template: template, credentials: principal.credentials, browser: browser,
+                immediate: false, errors: errors, audit: audit, admit: admit,
                 run: { environment, context in
-                    let caller = try await principal.resolve(environment.auth, context)
-                    let companion = environment.companion(audit, caller, context, outcomes: auditOutcomes)
-                    return try await environment.audited(
-                        audit, caller, context, errors, appended: { companion?.appendedOutcome }
-                    ) { try await handler(context, caller, companion) }
+                    try await run(environment, context, try await principal.resolve(environment.auth, context))
                 },
                 runImmediately: nil))
     }
