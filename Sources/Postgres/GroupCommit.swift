@@ -11,7 +11,8 @@ import Synchronization
 /// Statements run in the order of their `key` (stable: writes with the same key keep their arrival order), so two
 /// batches lock rows in the same order and cannot deadlock each other. When any statement of a batch fails, the
 /// transaction rolled back all of them: each then runs again alone, and answers its own outcome. A lost connection
-/// fails the whole batch (whether it committed is unknown, as for a single statement).
+/// fails the whole batch (whether it committed is unknown, as for a single statement); lost while they run again
+/// alone, it fails the one it was lost on and those after it, not those already answered.
 ///
 /// A queued write waits at most ``queueTimeout`` (the pool's acquire time-out) for its batch to start; then it is
 /// taken out of the queue, never to run, and fails as an acquire does. One reaper task sleeps until the earliest
@@ -108,8 +109,18 @@ final class GroupCommitter: Sendable {
                     // The transaction rolled back every statement: each runs again alone, for its own answer.
                     retriedAlone.add(ordered.count, ordering: .relaxed)
                     transactions.add(ordered.count, ordering: .relaxed)
+                    // Each answer is kept as it comes: a connection lost on a later one fails that one and those
+                    // after it, never one that already committed alone.
                     results = []
-                    for statement in ordered { results.append(try await connection.pipeline([statement])[0]) }
+                    for statement in ordered {
+                        do {
+                            results.append(try await connection.pipeline([statement])[0])
+                        } catch {
+                            let failure = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+                            results += Array(repeating: .failure(failure), count: ordered.count - results.count)
+                            break
+                        }
+                    }
                 }
                 var byArrival = results
                 for (position, index) in order.enumerated() { byArrival[index] = results[position] }

@@ -98,7 +98,11 @@ public struct Migrator: Sendable {
         do {
             // The advisory lock waits as long as another migrator runs; only then are the table locks bounded.
             _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Migrator.lockKey))::text AS locked")
-            try await connection.execute("SET LOCAL lock_timeout = \(max(1, Int((lockTimeout / .milliseconds(1)).rounded(.up))))")
+            // client_min_messages here too: the migrator's connection is set up for a pooler (nothing on the session),
+            // and a NOTICE ("already exists, skipping") would otherwise reach standard error in plain text.
+            try await connection.execute(
+                "SET LOCAL lock_timeout = \(max(1, Int((lockTimeout / .milliseconds(1)).rounded(.up))));"
+                    + " SET LOCAL client_min_messages = warning")
             let value = try await body()
             try await connection.execute("COMMIT")
             return value

@@ -184,6 +184,45 @@ struct PipelineTests {
         }
     }
 
+    /// A batch that failed runs again one statement at a time; a connection lost on the second of them fails that
+    /// one and the rest, and the first, committed alone, is answered as committed (it was answered as failed).
+    /// Forced: the second statement ends its own session when it runs outside the first one's transaction.
+    @Test func aConnectionLostWhileRunningAloneFailsOnlyWhatDidNotRun() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4))
+            defer { pool.close() }
+            try await pool.query("CREATE TABLE g (k text PRIMARY KEY)")
+            try await pool.query("CREATE TABLE m (x text PRIMARY KEY)")
+            let second = try await SecondSession(conninfo: url)
+            try await second.execute("BEGIN; LOCK TABLE g IN EXCLUSIVE MODE")
+            let leaders = ["l0", "l1"].map { key in
+                Task { _ = try? await pool.groupCommitted("INSERT INTO g VALUES (\(key))", key: key) }
+            }
+            try await second.waitUntilBlocked(2)
+            let statements: [(String, PostgresQuery)] = [
+                ("a", "INSERT INTO m VALUES (pg_current_xact_id()::text)"),
+                ("b", """
+                    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM m WHERE x = pg_current_xact_id()::text)
+                        THEN pg_terminate_backend(pg_backend_pid()) END AS ended
+                    """),
+                ("c", "SELECT 1 / 0 AS never"),
+            ]
+            let queued = statements.map { key, query in
+                Task { () -> Bool in (try? await pool.groupCommitted(query, key: key)) != nil }
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while pool.statistics.queuedWrites < 3, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            try await second.execute("COMMIT")
+            for task in leaders { await task.value }
+            var answered: [Bool] = []
+            for task in queued { answered.append(await task.value) }
+            #expect(answered == [true, false, false])
+            #expect(try await pool.query("SELECT count(*) AS n FROM m").first?.require("n", as: Int.self) == 1)
+        }
+    }
+
     /// The pool counts group commit's transactions, the writes they carry and the writes retried alone (what
     /// /metrics shows): two writes wait on a lock alone, five queue behind them, one of the five is bad.
     @Test func groupCommitIsCounted() async throws {
