@@ -58,7 +58,7 @@ public final class Application: Sendable {
                 ?? SocketDeliveryTransport(policy: configuration.deletionPolicy.endpoints, resolver: resolver),
             resolver: resolver,
             jobTime: clock is SystemClock ? .database : .explicit(clock))
-        return Application(
+        return try Application(
             configuration: configuration, services: services, logger: logger ?? Logger(level: configuration.logLevel),
             pools: pools)
     }
@@ -66,7 +66,7 @@ public final class Application: Sendable {
     private init(
         configuration: Configuration, services: RegistryServices, logger: Logger,
         pools: @escaping @Sendable ([EventLoop]) -> Void
-    ) {
+    ) throws {
         self.configuration = configuration
         self.services = services
         self.logger = logger
@@ -74,7 +74,7 @@ public final class Application: Sendable {
         self.metrics = metrics
         let process = ProcessState()
         self.process = process
-        let responder = Responder.service(
+        let responder = try Responder.service(
             configuration: configuration, services: services, metrics: metrics, logger: logger, process: process)
         self.responder = responder
         let server = HTTPServer(

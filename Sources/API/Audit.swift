@@ -78,6 +78,8 @@ extension OneOf: AuditedCaller {
 public struct RouteEnvironment: Sendable {
     let auth: Authenticator
     let audit: AuditService?
+    /// Actions whose calls append no entry (``Configuration/auditSkippedActions``).
+    let skipped: Set<String>
     /// Told when an entry could not be appended (the action's answer stands; the failure is logged and counted).
     let auditFailed: @Sendable (any Error, RequestContext) -> Void
 
@@ -105,7 +107,8 @@ public struct RouteEnvironment: Sendable {
     func companion<Outcome>(
         _ audit: Audit, _ caller: Any, _ context: RequestContext, outcomes: [Outcome: String]
     ) -> AuditCompanion<Outcome>? {
-        guard let log = self.audit, let audited = caller as? any AuditedCaller, let actor = audited.auditActor,
+        guard let log = self.audit, !skipped.contains(audit.action), let audited = caller as? any AuditedCaller,
+            let actor = audited.auditActor,
             let project = audited.auditProject
         else { return nil }
         return log.companion(
@@ -115,7 +118,8 @@ public struct RouteEnvironment: Sendable {
 
     /// Appends the entry of `audit` for a call by `caller` that ended in `outcome`.
     func record(_ audit: Audit, _ caller: Any, context: RequestContext, outcome: String) async {
-        guard let log = self.audit, let audited = caller as? any AuditedCaller, let actor = audited.auditActor,
+        guard let log = self.audit, !skipped.contains(audit.action), let audited = caller as? any AuditedCaller,
+            let actor = audited.auditActor,
             let project = audited.auditProject
         else { return }
         do {

@@ -54,6 +54,9 @@ public struct Configuration: Sendable {
     public var userPolicy = UserPolicy()
     /// How long audit-log entries are kept (`AUDIT_RETENTION_DAYS`).
     public var auditRetentionDays = 400.0
+    /// Audited actions whose calls append no entry (`AUDIT_SKIP_ACTIONS`): a backend's token refreshes, say, which are
+    /// the bulk of a busy project's entries. Each must be an action a route declares.
+    public var auditSkippedActions: Set<String> = []
     /// How often each replica runs the jobs; 0 turns the loop off (then run `token-registry jobs run`).
     public var jobsIntervalSeconds = 10.0
 
@@ -196,6 +199,18 @@ public struct Configuration: Sendable {
             c.userPolicy.overflow = value
         }
         c.auditRetentionDays = Double(try reader.int("AUDIT_RETENTION_DAYS", default: 400, range: 1...36_500))
+        if let skipped = env["AUDIT_SKIP_ACTIONS"] {
+            for name in skipped.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !name.isEmpty {
+                guard name.utf8.count <= 64, name.utf8.allSatisfy({ $0 == 0x2E || $0 == 0x5F || (0x30...0x39).contains($0)
+                    || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) })
+                else {
+                    throw ConfigurationError(
+                        variable: "AUDIT_SKIP_ACTIONS",
+                        problem: "'\(name.prefix(40))' is not an action name (letters, digits, '.' and '_', at most 64)")
+                }
+                c.auditSkippedActions.insert(name)
+            }
+        }
         guard c.expireDays > c.staleDays else {
             throw ConfigurationError(variable: "EXPIRE_AFTER_DAYS", problem: "must be larger than STALE_AFTER_DAYS")
         }

@@ -14,10 +14,13 @@ public struct Responder: Sendable {
     let metrics: Metrics
     let logger: Logger
 
-    init(routes: Routes, auth: Authenticator, audit: AuditService? = nil, metrics: Metrics, logger: Logger) {
+    init(
+        routes: Routes, auth: Authenticator, audit: AuditService? = nil, skippedAudit: Set<String> = [],
+        metrics: Metrics, logger: Logger
+    ) {
         self.routes = routes
         self.auth = auth
-        environment = RouteEnvironment(auth: auth, audit: audit) { error, context in
+        environment = RouteEnvironment(auth: auth, audit: audit, skipped: skippedAudit) { error, context in
             metrics.countAuditFailure()
             logger.error(
                 "audit entry not written",

@@ -23,7 +23,7 @@ extension Responder {
     static func service(
         configuration: Configuration, services s: RegistryServices, metrics: Metrics, logger: Logger,
         process: ProcessState
-    ) -> Responder {
+    ) throws -> Responder {
         var routes = Routes()
         let limits = InstallationsController.CreateLimits(
             perKey: RateLimiter(
@@ -63,6 +63,14 @@ extension Responder {
         let auth = Authenticator(
             catalog: s.catalog, installations: s.installations, serviceAccounts: s.serviceAccounts,
             deletions: s.deletions, checkins: s.checkins, metricsToken: configuration.metricsToken)
-        return Responder(routes: routes, auth: auth, audit: s.audit, metrics: metrics, logger: logger)
+        let actions = Set(routes.all.compactMap { $0.audit?.action })
+        if let unknown = configuration.auditSkippedActions.subtracting(actions).sorted().first {
+            throw ConfigurationError(
+                variable: "AUDIT_SKIP_ACTIONS",
+                problem: "no route records '\(unknown)'; the audited actions are \(actions.sorted().joined(separator: ", "))")
+        }
+        return Responder(
+            routes: routes, auth: auth, audit: s.audit, skippedAudit: configuration.auditSkippedActions,
+            metrics: metrics, logger: logger)
     }
 }

@@ -1,3 +1,4 @@
+import API
 import Foundation
 import HTTP
 import JSON
@@ -49,6 +50,37 @@ struct AuditWithWriteTests {
                 let expected = status < 400 ? "OK" : CanonicalStatus.code(for: status)
                 #expect(mine.first?.outcome == expected, "\(status): \(mine.first?.outcome ?? "none")")
             }
+        }
+    }
+
+    /// AUDIT_SKIP_ACTIONS leaves the named actions out of the log (in both ways an entry is written: with the write
+    /// and by the route), and only those; a name no route records stops the service at start, naming the ones it
+    /// could have meant.
+    @Test func skippedActionsAppendNoEntry() async throws {
+        let configured = try Configuration.fromEnvironment([
+            "AUDIT_SKIP_ACTIONS": " registrations.refresh, topics.subscribe ,"
+        ])
+        #expect(configured.auditSkippedActions == ["registrations.refresh", "topics.subscribe"])
+        #expect(throws: ConfigurationError.self) {
+            _ = try Configuration.fromEnvironment(["AUDIT_SKIP_ACTIONS": "registrations refresh"])
+        }
+        try await TestService.with(configure: { $0.auditSkippedActions = ["registrations.refresh"] }) { s in
+            let base = "/v1/projects/\(s.project.id)"
+            let i = try await s.createInstallation()
+            for body: JSONValue in [["token": "tok-a", "platform": "web"], ["token": "tok-e", "platform": "fax"]] {
+                _ = try await s.request(
+                    "PUT", "\(base)/installations/\(i.fid)/registration", headers: s.serverHeaders, json: body)
+            }
+            let linked = try await s.request(
+                "POST", "\(base)/linkedServices", headers: s.serverHeaders,
+                json: ["name": "svc", "endpoint": "https://svc.example/hook"])
+            #expect(linked.status == 200, "\(linked)")
+            let actions = try await Self.entries(s).map(\.action)
+            #expect(!actions.contains("registrations.refresh"))
+            #expect(actions.count == 1, "\(actions)")
+        }
+        await #expect(throws: ConfigurationError.self) {
+            try await TestService.with(configure: { $0.auditSkippedActions = ["registrations.refrsh"] }) { _ in }
         }
     }
 
