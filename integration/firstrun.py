@@ -180,6 +180,8 @@ def main():
         os.makedirs(home, exist_ok=True)
         os.chmod(home, 0o700)
         checkout = os.path.join(home, "token-registry")
+        # A user left by an earlier run (userdel refuses while a process of it lives) keeps its home: clone afresh.
+        shutil.rmtree(checkout, ignore_errors=True)
         subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", checkout], check=True)
         subprocess.run(["chown", "-R", f"{USER}:", home], check=True)
         scenario("user", binary, checkout, USER, data_dir_from, clusters)
@@ -188,6 +190,7 @@ def main():
         subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", readme_root], check=True)
         readme_command("README as root", readme_root, None, clusters)
         readme_user = os.path.join(home, "readme-clone")
+        shutil.rmtree(readme_user, ignore_errors=True)
         subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", readme_user], check=True)
         subprocess.run(["chown", "-R", f"{USER}:", readme_user], check=True)
         readme_command("README as a user", readme_user, USER, clusters)
