@@ -83,6 +83,15 @@ public struct RouteEnvironment: Sendable {
     /// Told when an entry could not be appended (the action's answer stands; the failure is logged and counted).
     let auditFailed: @Sendable (any Error, RequestContext) -> Void
 
+    /// The log, actor and project of a call of `audit` by `caller`; nil when the call is not audited (no log, an
+    /// action skipped by configuration, a caller that is not a server credential).
+    private func logged(_ audit: Audit, _ caller: Any) -> (AuditService, actor: String, project: String)? {
+        guard let log = self.audit, !skipped.contains(audit.action), let audited = caller as? any AuditedCaller,
+            let actor = audited.auditActor, let project = audited.auditProject
+        else { return nil }
+        return (log, actor, project)
+    }
+
     /// Runs a call of an audited route and appends its entry with the outcome it ended in, unless `appended` says the
     /// call's write appended that entry already.
     func audited(
@@ -107,10 +116,7 @@ public struct RouteEnvironment: Sendable {
     func companion<Outcome>(
         _ audit: Audit, _ caller: Any, _ context: RequestContext, outcomes: [Outcome: String]
     ) -> AuditCompanion<Outcome>? {
-        guard let log = self.audit, !skipped.contains(audit.action), let audited = caller as? any AuditedCaller,
-            let actor = audited.auditActor,
-            let project = audited.auditProject
-        else { return nil }
+        guard let (log, actor, project) = logged(audit, caller) else { return nil }
         return log.companion(
             projectID: project, action: audit.action, target: audit.target(context), actor: actor,
             requestID: context.requestID, outcomes: outcomes)
@@ -118,10 +124,7 @@ public struct RouteEnvironment: Sendable {
 
     /// Appends the entry of `audit` for a call by `caller` that ended in `outcome`.
     func record(_ audit: Audit, _ caller: Any, context: RequestContext, outcome: String) async {
-        guard let log = self.audit, !skipped.contains(audit.action), let audited = caller as? any AuditedCaller,
-            let actor = audited.auditActor,
-            let project = audited.auditProject
-        else { return }
+        guard let (log, actor, project) = logged(audit, caller) else { return }
         do {
             try await log.record(
                 projectID: project, action: audit.action, target: audit.target(context), actor: actor,

@@ -200,10 +200,13 @@ public struct Configuration: Sendable {
         }
         c.auditRetentionDays = Double(try reader.int("AUDIT_RETENTION_DAYS", default: 400, range: 1...36_500))
         if let skipped = env["AUDIT_SKIP_ACTIONS"] {
-            for name in skipped.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !name.isEmpty {
-                guard name.utf8.count <= 64, name.utf8.allSatisfy({ $0 == 0x2E || $0 == 0x5F || (0x30...0x39).contains($0)
-                    || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) })
-                else {
+            let names = skipped.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            for name in names where !name.isEmpty {
+                let isNameByte = { (b: UInt8) in
+                    b == 0x2E || b == 0x5F || (0x30...0x39).contains(b) || (0x41...0x5A).contains(b)
+                        || (0x61...0x7A).contains(b)
+                }
+                guard name.utf8.count <= 64, name.utf8.allSatisfy(isNameByte) else {
                     throw ConfigurationError(
                         variable: "AUDIT_SKIP_ACTIONS",
                         problem: "'\(name.prefix(40))' is not an action name (letters, digits, '.' and '_', at most 64)")

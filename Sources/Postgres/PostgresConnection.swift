@@ -118,6 +118,14 @@ public actor PostgresConnection {
     /// places it on `loop`, or on a serial queue of its own when `loop` is nil.
     ///
     /// - Throws: ``PostgresError`` `.connectionFailed` with libpq's message.
+    /// Runs `sql` (statements that return no rows) on a connection not yet in non-blocking mode; true when it
+    /// succeeded.
+    private static func applies(_ sql: String, on conn: OpaquePointer) -> Bool {
+        let result = PQexec(conn, sql)
+        defer { PQclear(result) }
+        return PQresultStatus(result) == PGRES_COMMAND_OK
+    }
+
     public static func connect(
         _ conninfo: String, on loop: (any PostgresEventLoop)? = nil, settings: SessionSettings = .init()
     ) async throws -> PostgresConnection {
@@ -128,24 +136,10 @@ public actor PostgresConnection {
                     continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: "out of memory")))
                     return
                 }
-                guard PQstatus(conn) == CONNECTION_OK else {
-                    let message = String(cString: PQerrorMessage(conn)).trimmingTrailingNewlines()
-                    PQfinish(conn)
-                    continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: message)))
-                    return
-                }
-                // A setting that fails (a statement timeout the server refuses) fails the connection: running on
-                // without it would run without the bound it sets.
-                let settings = PQexec(conn, onConnect)
-                let applied = PQresultStatus(settings) == PGRES_COMMAND_OK
-                PQclear(settings)
-                guard applied else {
-                    let message = String(cString: PQerrorMessage(conn)).trimmingTrailingNewlines()
-                    PQfinish(conn)
-                    continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: message)))
-                    return
-                }
-                guard PQsetnonblocking(conn, 1) == 0 else {
+                // Connected, its settings applied (one the server refuses, a statement timeout say, fails the
+                // connection: running on without it would run without the bound it sets), and non-blocking.
+                guard PQstatus(conn) == CONNECTION_OK, Self.applies(onConnect, on: conn), PQsetnonblocking(conn, 1) == 0
+                else {
                     let message = String(cString: PQerrorMessage(conn)).trimmingTrailingNewlines()
                     PQfinish(conn)
                     continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: message)))

@@ -37,6 +37,9 @@ enum RefreshTokenOutcome: String, FunctionOutcome, CaseIterable {
     case older
     case written
 
+    /// Every outcome's name, in `allCases` order: the keys of the audit outcome table (migration 26).
+    static let names = TextArray(allCases.map(\.rawValue))
+
     var kind: RegistrationWrite.Kind {
         switch self {
         case .notFound: return .installationNotFound

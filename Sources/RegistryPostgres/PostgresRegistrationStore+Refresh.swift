@@ -31,8 +31,7 @@ extension PostgresRegistrationStore {
         -> RegistrationWrite
     {
         let entry = audit?.draft
-        let outcomes = RefreshTokenOutcome.allCases
-        let auditOutcomes = audit.map { a in outcomes.map { a.outcomes[$0.kind]! } } ?? []
+        let auditOutcomes = audit.map { a in RefreshTokenOutcome.allCases.map { a.outcomes[$0.kind]! } } ?? []
         guard
             let row = try await db.groupCommitted(
                 """
@@ -44,7 +43,7 @@ extension PostgresRegistrationStore {
                     \(EventType.registrationRefreshed.rawValue), \(EventType.registrationMoved.rawValue),
                     \(Outbox.platform(r.platform).text), \(entry?.at)::timestamptz, \(entry?.action), \(entry?.target),
                     \(entry.map { ByteA($0.targetDigest) }), \(entry?.subject), \(entry?.actor), \(entry?.requestID),
-                    \(TextArray(outcomes.map(\.rawValue))), \(TextArray(auditOutcomes)))
+                    \(RefreshTokenOutcome.names), \(TextArray(auditOutcomes)))
                 """, key: r.projectID + "/" + r.fid
             ).first
         else { throw RegistryError(.internal, "registry_refresh_token returned no row") }
