@@ -9,7 +9,7 @@ WORKLOADS=${*:-healthz callback create token}
 PERCENT=${PERCENT:-1.5}
 build_release
 start_postgres
-start_service 18080 DB_POOL_SIZE=16
+start_service 18080 DB_POOL_SIZE=16 ${SERVICE_ENV:-}
 env DATABASE_URL="$PGURL" "$BIN" project create --id bench-proj --number 4242 >"$WORK/project.json"
 env DATABASE_URL="$PGURL" "$BIN" app create --project bench-proj --platform android >"$WORK/app.json"
 env DATABASE_URL="$PGURL" "$BIN" app create --project bench-proj --platform web >"$WORK/web.json"

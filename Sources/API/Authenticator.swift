@@ -66,10 +66,9 @@ public struct Authenticator: Sendable {
     /// The key of `Authorization: Bearer <key>`, or of the legacy `Authorization: key=<key>` the IID API accepts.
     static func serverKey(_ context: RequestContext, allowLegacy: Bool = false) -> String? {
         guard let authorization = context.header("authorization") else { return nil }
-        let lowered = authorization.lowercased()
-        if lowered.hasPrefix("bearer ") { return String(authorization.dropFirst(7)).trimmingCharacters(in: " ") }
-        if allowLegacy, lowered.hasPrefix("key=") {
-            return String(authorization.dropFirst(4)).trimmingCharacters(in: " ")
+        if let key = authorization.dropping(caseInsensitivePrefix: "bearer ") { return key.trimmingCharacters(in: " ") }
+        if allowLegacy, let key = authorization.dropping(caseInsensitivePrefix: "key=") {
+            return key.trimmingCharacters(in: " ")
         }
         return nil
     }
@@ -80,15 +79,15 @@ public struct Authenticator: Sendable {
         if let identity = try await serviceAccounts.identity(ofAccessToken: credential) {
             return (identity.projectID, "serviceAccount:" + identity.keyID)
         }
-        guard let project = try await catalog.projectID(serverKey: credential) else { return nil }
-        return (project, Authenticator.actor(serverKey: credential))
+        guard let (project, keyHash) = try await catalog.serverKeyOwner(credential) else { return nil }
+        return (project, Authenticator.actor(serverKeyHash: keyHash))
     }
 
     /// A server key as the audit log names it: a fingerprint of its hash (the hash is what the store keeps; a
     /// fingerprint of 12 hex digits identifies the key among a project's few and reveals nothing of it).
-    public static func actor(serverKey: String) -> String {
-        "serverKey:" + Hex.encode(SHA256.hash(serverKey).prefix(6))
-    }
+    public static func actor(serverKey: String) -> String { actor(serverKeyHash: SHA256.hash(serverKey)) }
+
+    static func actor(serverKeyHash: [UInt8]) -> String { "serverKey:" + Hex.encode(serverKeyHash.prefix(6)) }
 
     /// The project whose server credential came with the request (IID routes name no project), and who it is, or nil.
     public func serverKeyProject(_ context: RequestContext) async throws -> (Project, actor: String)? {

@@ -99,13 +99,32 @@ extension StringProtocol {
         String(self.map { $0 == target ? replacement : $0 })
     }
 
-    /// The text without leading and trailing characters from `set` (no Foundation needed).
+    /// The text without leading and trailing bytes from `set`, an ASCII set such as HTTP's `" \t"` (no Foundation
+    /// needed). By byte, as HTTP's optional whitespace is bytes: no set of `Character`s is built a call.
     public func trimmingCharacters(in set: String) -> String {
-        let chars = Set(set)
-        var s = Substring(self)
-        while let f = s.first, chars.contains(f) { s.removeFirst() }
-        while let l = s.last, chars.contains(l) { s.removeLast() }
-        return String(s)
+        let text = Substring(self)
+        var start = text.utf8.startIndex
+        var end = text.utf8.endIndex
+        while start < end, set.utf8.contains(text.utf8[start]) { start = text.utf8.index(after: start) }
+        while end > start, set.utf8.contains(text.utf8[text.utf8.index(before: end)]) {
+            end = text.utf8.index(before: end)
+        }
+        return String(decoding: text.utf8[start..<end], as: UTF8.self)
+    }
+
+    /// What follows `prefix` (ASCII, compared without case, as an HTTP scheme such as `Bearer ` is), or nil.
+    public func dropping(caseInsensitivePrefix prefix: String) -> Substring? {
+        let text = Substring(self)
+        var i = text.utf8.startIndex
+        for expected in prefix.utf8 {
+            guard i < text.utf8.endIndex, Self.asciiLower(text.utf8[i]) == Self.asciiLower(expected) else { return nil }
+            i = text.utf8.index(after: i)
+        }
+        return Substring(text.utf8[i...])
+    }
+
+    private static func asciiLower(_ byte: UInt8) -> UInt8 {
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
     }
 }
 

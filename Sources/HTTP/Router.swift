@@ -76,6 +76,9 @@ public struct RouteTable: Sendable {
     }
 
     private var routes: [Route] = []
+    /// The positions in `routes` of the templates with each number of segments: a path is tested against those of
+    /// its own length only (the routes of one length are a fifth of the table or less).
+    private var byLength: [[Int]] = []
 
     public init() {}
 
@@ -93,6 +96,8 @@ public struct RouteTable: Sendable {
             }
             return .literal(String(raw))
         }
+        while byLength.count <= segments.count { byLength.append([]) }
+        byLength[segments.count].append(routes.count)
         routes.append(Route(method: method, template: template, segments: segments, index: index))
     }
 
@@ -122,8 +127,10 @@ public struct RouteTable: Sendable {
         // The most specific templates that match the path decide, whatever the method: a path that names a custom
         // verb (`…/{token}:sendability`) never falls back to a broader template (`…/{token}`) for another method.
         // Templates are tested without allocating; only the winner's parameters are bound.
+        guard segments.count < byLength.count else { return .notFound }
         var candidates: [Int] = []
-        for (position, route) in routes.enumerated() where route.segments.count == segments.count {
+        for position in byLength[segments.count] {
+            let route = routes[position]
             guard RouteTable.matches(route.segments, segments) else { continue }
             if let first = candidates.first {
                 if RouteTable.isMoreSpecific(route.segments, than: routes[first].segments) {

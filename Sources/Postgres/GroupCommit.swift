@@ -65,6 +65,13 @@ final class GroupCommitter: Sendable {
 
     func run(_ query: PostgresQuery, key: String, on pool: PostgresPool) async throws -> PostgresRows {
         let lane = pool.loops.current.map { ObjectIdentifier($0) }
+        // A free slot: lead at once, with no continuation made and resumed on the way.
+        let leadsNow = state.withLock { s -> Bool in
+            guard s.lanes[lane, default: Lane()].batchesRunning < batchesPerLane else { return false }
+            s.lanes[lane, default: Lane()].batchesRunning += 1
+            return true
+        }
+        if leadsNow { return try await lead(query, key: key, with: [], lane: lane, pool: pool).get() }
         let ticket = await withCheckedContinuation { (continuation: CheckedContinuation<Ticket, Never>) in
             let (leads, startReaper) = state.withLock { s -> (Bool, Bool) in
                 if s.lanes[lane, default: Lane()].batchesRunning < batchesPerLane {

@@ -200,7 +200,7 @@ public actor PostgresConnection {
     /// ``PostgresError/nulInParameter``, the others ``notRun``): libpq would cut it there, and the statement would run
     /// on another value than the caller's (`crm\0x` matching the row `crm`).
     public func pipeline(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
-        if let bad = queries.firstIndex(where: { $0.binds.contains { $0?.utf8.contains(0) == true } }) {
+        if let bad = queries.firstIndex(where: { $0.binds.contains { $0.map(holdsNUL) == true } }) {
             return queries.indices.map { $0 == bad ? .failure(PostgresError.nulInParameter) : .failure(Self.notRun) }
         }
         await takeTurn()

@@ -181,12 +181,18 @@ public final class Catalog: Sendable {
 
     /// The project a server key belongs to, or nil for an unknown key.
     public func projectID(serverKey: String) async throws -> String? {
+        try await serverKeyOwner(serverKey)?.projectID
+    }
+
+    /// The project a server key belongs to, with the key's SHA-256: what the store keeps, and what the key's name in
+    /// the audit log is made of (one hash a request, not one for each).
+    public func serverKeyOwner(_ serverKey: String) async throws -> (projectID: String, keyHash: [UInt8])? {
         guard (1...256).contains(serverKey.utf8.count) else { return nil }
         let hash = SHA256.hash(serverKey)
-        if let hit = keys.lookup(hash) { return hit }
+        if let hit = keys.lookup(hash) { return hit.map { ($0, hash) } }
         let project = try await store.projectID(serverKeyHash: hash)
         remember(keys, hash, project)
-        return project
+        return project.map { ($0, hash) }
     }
 
     private func remember<K: Hashable & Sendable, V: Sendable>(_ cache: TTLCache<K, V>, _ key: K, _ value: V?) {
