@@ -57,10 +57,18 @@ public struct HTTPRequest: Sendable {
     /// Query parameters in order, percent-decoded (`+` as a space); a parameter that does not decode is left out.
     public var queryItems: [(name: String, value: String)] { HTTPRequest.formItems(rawQuery) }
 
-    /// The body's `application/x-www-form-urlencoded` pairs in order; nil when the body is not UTF-8.
+    /// The most pairs a form body is read for: no route takes more than a handful of fields.
+    public static let maxFormItems = 64
+
+    /// The body's `application/x-www-form-urlencoded` pairs in order; nil when the body is not UTF-8 or holds more
+    /// than ``maxFormItems`` pairs. Counted before any is decoded: a megabyte of `a&a&…` (a kilobyte gzipped) is one
+    /// scan for `&`, not half a million pairs built on the event loop.
     public var formItems: [(name: String, value: String)]? {
-        guard let text = String(validating: body, as: UTF8.self) else { return nil }
-        return HTTPRequest.formItems(Substring(text))
+        guard body.count(where: { $0 == UInt8(ascii: "&") }) < Self.maxFormItems * 2,
+            let text = String(validating: body, as: UTF8.self)
+        else { return nil }
+        let items = HTTPRequest.formItems(Substring(text))
+        return items.count <= Self.maxFormItems ? items : nil
     }
 
     /// `name=value&…` pairs, percent-decoded (`+` as a space), as queries and form bodies carry them.

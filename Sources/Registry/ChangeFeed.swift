@@ -1,19 +1,73 @@
+import Synchronization
+
 /// The change feed app backends follow: events of a project in commit-safe order, by cursor.
 public struct ChangeFeed: Sendable {
     let store: any ChangeFeedStore
+    let waiters = FeedWaiters()
 
     public init(store: any ChangeFeedStore) { self.store = store }
 
     /// Events after `cursor`, at most `limit`; waits up to `waitSeconds` for the first one to arrive.
+    ///
+    /// A waiting call asks the store again every ``FeedWaiters/interval(project:total:)``: every 200 ms while its
+    /// project has at most ``FeedWaiters/freePerProject`` callers waiting on this replica (and the replica at most
+    /// ``FeedWaiters/freeInAll``), less often beyond, so that a project's waiters together ask at most 40 times a
+    /// second however many there are. Before, each waiter asked five times a second for 30 s: a few thousand
+    /// long-polls were 10,000 queries a second, and every tenant's requests timed out waiting for a connection.
     public func events(projectID: String, after cursor: Int64, limit: Int, waitSeconds: Int = 0) async throws
         -> [FeedEvent]
     {
         let deadline = ContinuousClock.now + .seconds(min(max(waitSeconds, 0), 60))
         var page = try await store.events(projectID: projectID, after: cursor, limit: limit)
+        guard page.isEmpty && ContinuousClock.now < deadline else { return page }
+        waiters.enter(projectID)
+        defer { waiters.leave(projectID) }
         while page.isEmpty && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(200))
+            let pause = min(waiters.interval(projectID), deadline - ContinuousClock.now)
+            try await Task.sleep(for: pause)
             page = try await store.events(projectID: projectID, after: cursor, limit: limit)
         }
         return page
     }
+}
+
+/// The long-polls waiting on this replica, by project: how often each asks the store.
+final class FeedWaiters: Sendable {
+    /// Waiters of one project that ask every ``baseInterval``; more share that rate.
+    static let freePerProject = 8
+    /// Waiters of all projects that ask every ``baseInterval``; more share that rate.
+    static let freeInAll = 128
+    static let baseInterval = Duration.milliseconds(200)
+
+    private let counts = Mutex<(byProject: [String: Int], total: Int)>(([:], 0))
+
+    func enter(_ project: String) {
+        counts.withLock {
+            $0.byProject[project, default: 0] += 1
+            $0.total += 1
+        }
+    }
+
+    func leave(_ project: String) {
+        counts.withLock {
+            let left = ($0.byProject[project] ?? 1) - 1
+            $0.byProject[project] = left > 0 ? left : nil
+            $0.total -= 1
+        }
+    }
+
+    /// The pause between a waiter's questions now.
+    func interval(_ project: String) -> Duration {
+        let (inProject, total) = counts.withLock { ($0.byProject[project] ?? 0, $0.total) }
+        return Self.interval(project: inProject, total: total)
+    }
+
+    /// 200 ms for up to ``freePerProject`` waiters of the project and ``freeInAll`` in all; beyond, as many times
+    /// longer as it takes for the waiters together to ask no more often than that many would.
+    static func interval(project: Int, total: Int) -> Duration {
+        let share = max(1, (project + freePerProject - 1) / freePerProject, (total + freeInAll - 1) / freeInAll)
+        return baseInterval * share
+    }
+
+    var total: Int { counts.withLock { $0.total } }
 }

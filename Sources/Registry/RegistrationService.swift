@@ -59,7 +59,8 @@ public struct RegistrationService: Sendable {
         project: Project, fid: String, _ report: TokenRefresh, audit: AuditCompanion<RegistrationWrite.Kind>? = nil
     ) async throws -> (Registration, RefreshOutcome) {
         guard RegistrationToken.isValid(report.token) else {
-            throw RegistryError.invalid("token", "1-4096 characters of A-Z a-z 0-9 _ : . -")
+            throw RegistryError.invalid(
+                "token", "1-\(RegistrationToken.maxBytes) characters of A-Z a-z 0-9 _ : . -")
         }
         if let clientTime = report.clientTime, clientTime < RefreshOutcome.earliestClientTime {
             throw RegistryError.invalid("clientTime", "must not be before 2000-01-01T00:00:00Z")

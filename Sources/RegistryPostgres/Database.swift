@@ -97,6 +97,10 @@ struct Database: Sendable {
             return RegistryError(.invalidArgument, "a text value holds NUL or bytes that are not UTF-8")
         case let state? where state.hasPrefix("22"):  // data exception: a value out of the column's range
             return RegistryError(.invalidArgument, "a value is out of range")
+        case "54000"?:
+            // program_limit_exceeded: a value too large for an index entry. Every indexed input has a limit that
+            // fits (IndexedInputLimitTests holds each to it); this is the backstop, a client's value, not a fault.
+            return RegistryError(.invalidArgument, "a value is too large to be stored")
         default:
             return RegistryError(.internal, "database error \(error.code) [\(error.sqlState ?? "-")]: \(summary)")
         }

@@ -41,3 +41,40 @@ struct HTTPMessageTests {
         #expect(odd.hasPrefix("HTTP/1.1 299 Status 299\r\n"))
     }
 }
+
+@Suite("Form bodies and header values")
+struct FormAndTrimTests {
+    static func request(body: [UInt8]) -> HTTPRequest {
+        HTTPRequest(method: "POST", target: "/token", version: .http1_1, headers: [:], body: body)
+    }
+
+    /// A form has at most HTTPRequest.maxFormItems pairs; a body of more is refused before any pair is built (a
+    /// megabyte of `a&a&…` was half a million pairs decoded on the event loop).
+    @Test func aFormOfTooManyPairsIsNoFormAndIsRefusedQuickly() {
+        let limit = HTTPRequest.maxFormItems
+        let fits = (0..<limit).map { "k\($0)=v" }.joined(separator: "&")
+        #expect(Self.request(body: Array(fits.utf8)).formItems?.count == limit)
+        #expect(Self.request(body: Array((fits + "&extra=1").utf8)).formItems == nil)
+        // Empty pairs are skipped, not counted, up to the scan's bound.
+        #expect(Self.request(body: Array("a=1&&&&b=2".utf8)).formItems?.map(\.name) == ["a", "b"])
+        let flood = [UInt8](repeating: UInt8(ascii: "&"), count: 1 << 20).enumerated().map {
+            $0.offset % 2 == 0 ? UInt8(ascii: "a") : $0.element
+        }
+        let clock = ContinuousClock()
+        let took = clock.measure { #expect(Self.request(body: flood).formItems == nil) }
+        #expect(took < .milliseconds(500), "\(took)")
+    }
+
+    @Test func trimmingIsByByteAndPrefixesIgnoreCase() {
+        #expect(" \t a b \t ".trimmingCharacters(in: " \t") == "a b")
+        #expect("   ".trimmingCharacters(in: " ") == "")
+        #expect("é ".trimmingCharacters(in: " ") == "é")
+        #expect("Bearer abc".dropping(caseInsensitivePrefix: "bearer ") == "abc")
+        #expect("BEARER abc".dropping(caseInsensitivePrefix: "bearer ") == "abc")
+        #expect("Bearerabc".dropping(caseInsensitivePrefix: "bearer ") == nil)
+        #expect("Bear".dropping(caseInsensitivePrefix: "bearer ") == nil)
+        #expect("key=k".dropping(caseInsensitivePrefix: "key=") == "k")
+        // Only ASCII letters fold: `}` (0x7D) is not `]` (0x5D) and 0x1D is not `=`.
+        #expect("\u{1D}k".dropping(caseInsensitivePrefix: "=") == nil)
+    }
+}

@@ -91,9 +91,10 @@ struct FeedbackController: Sendable {
 
     /// A token as senders send it: an FCM registration token or an APNs device token.
     static func token(_ reader: FieldReader, path: String) throws -> String {
-        let token = try reader.string("token", required: true, maxBytes: 4096)!
+        let token = try reader.string("token", required: true, maxBytes: RegistrationToken.maxBytes)!
         guard RegistrationToken.isValid(token) else {
-            throw APIError.invalid("\(path.isEmpty ? "" : path + ".")token: 1-4096 characters of A-Z a-z 0-9 _ : . -")
+            throw APIError.invalid(
+                "\(path.isEmpty ? "" : path + ".")token: 1-\(RegistrationToken.maxBytes) characters of A-Z a-z 0-9 _ : . -")
         }
         return token
     }
@@ -142,7 +143,9 @@ struct FeedbackController: Sendable {
         let type = try reader.text("type", required: true, maxBytes: 32)!
         let platform = try reader.text("platform", required: true, maxBytes: 32)!
         let error = try reader.text("error", maxBytes: 1024) ?? ""
-        if let token = try reader.string("token", maxBytes: 4096), token.contains("*") || token.isEmpty {
+        if let token = try reader.string("token", maxBytes: RegistrationToken.maxBytes),
+            token.contains("*") || token.isEmpty
+        {
             throw APIError.invalid(
                 "\(path.isEmpty ? "" : path + ".")token: hidden by gorush (set log.hide_token: false to send feedback)")
         }

@@ -80,7 +80,7 @@ struct RegistrationsController: Sendable {
         let fid = context.parameter("fid")
         guard Identifiers.isValidFID(fid) else { throw APIError.invalid("fid: not a valid installation ID") }
         let body = FieldReader(try context.jsonObject())
-        let token = try body.string("token", required: true, maxBytes: 4096)!
+        let token = try body.string("token", required: true, maxBytes: RegistrationToken.maxBytes)!
         guard let platform = Platform(rawValue: try body.string("platform", required: true, maxBytes: 16)!) else {
             throw APIError.invalid("platform: must be ios, android or web")
         }

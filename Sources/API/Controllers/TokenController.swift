@@ -22,7 +22,9 @@ struct TokenController: Sendable {
 
     func token(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         guard let form = context.request.formItems else {
-            return Self.oauthError("invalid_request", "the body must be application/x-www-form-urlencoded")
+            return Self.oauthError(
+                "invalid_request",
+                "the body must be application/x-www-form-urlencoded, at most \(HTTPRequest.maxFormItems) fields")
         }
         let grantType = form.first { $0.name == "grant_type" }?.value
         guard grantType == ServiceAccountService.grantType else {
