@@ -3,14 +3,28 @@ import Dispatch
 import Foundation
 import Glibc
 import Registry
+import Synchronization
 
-/// The system's resolver (`getaddrinfo`), on a Dispatch thread.
+/// The system's resolver (`getaddrinfo`), on a Dispatch thread: at most ``maxInFlight`` look-ups at once in the
+/// process. `getaddrinfo` blocks its thread for as long as the name's servers take, and the threads are Dispatch's
+/// shared pool (new database connections are opened on it too): a caller adding linked services whose names
+/// answer slowly could otherwise hold every one of them. Beyond the bound a look-up fails at once, as one that
+/// timed out would: adding a service then goes on without the early check (each delivery checks the address it
+/// connects to), and a delivery is retried later.
 public struct SystemResolver: HostResolver {
+    public static let maxInFlight = 8
+    static let inFlight = Atomic<Int>(0)
+
     public init() {}
 
     public func resolve(_ host: String) async throws -> [IPAddress] {
-        try await withCheckedThrowingContinuation { continuation in
+        guard Self.inFlight.add(1, ordering: .relaxed).newValue <= Self.maxInFlight else {
+            Self.inFlight.subtract(1, ordering: .relaxed)
+            throw RegistryError(.unavailable, "too many name look-ups under way; retry later")
+        }
+        return try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
+                defer { Self.inFlight.subtract(1, ordering: .relaxed) }
                 var hints = addrinfo()
                 hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
                 var list: UnsafeMutablePointer<addrinfo>?

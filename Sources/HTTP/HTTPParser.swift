@@ -123,9 +123,13 @@ public struct HTTPParser {
 
     private mutating func finish(_ head: Head) -> Event {
         var headers = head.headers
-        var decoded = body
+        // A GET or HEAD has no content a route reads (RFC 9110, 9.3.1): a body sent with one is read off the wire
+        // and dropped, never inflated or kept. A kilobyte of gzip inflated to the body limit and was held for the
+        // whole of a 30 s long-poll.
+        let content = head.method == "GET" || head.method == "HEAD" ? [] : body
+        var decoded = content
         do {
-            decoded = try ContentDecoding.decode(body: body, headers: &headers, limit: limits.maxBodyBytes)
+            decoded = try ContentDecoding.decode(body: content, headers: &headers, limit: limits.maxBodyBytes)
         } catch {
             return fail(error)
         }

@@ -65,6 +65,7 @@ public final class Catalog: Sendable {
     private let projects = TTLCache<String, Project>(capacity: 50_000)
     private let apps = TTLCache<String, App>(capacity: 50_000)
     private let keys = TTLCache<[UInt8], String>(capacity: 50_000)
+    private let projectApps = TTLCache<String, [App]>(capacity: 10_000)
 
     public init(store: any CatalogStore) { self.store = store }
 
@@ -128,6 +129,7 @@ public final class Catalog: Sendable {
         } catch let error as RegistryError where error.kind == .alreadyExists {
             throw RegistryError(.alreadyExists, "an app with this app ID or API key already exists")
         }
+        projectApps.remove(project.id)
         return app
     }
 
@@ -177,7 +179,14 @@ public final class Catalog: Sendable {
     }
 
     /// Every app of a project (not cached; for rare administrative look-ups).
-    public func apps(projectID: String) async throws -> [App] { try await store.apps(projectID: projectID) }
+    /// The project's apps, cached as the other look-ups are: a browser's preflight reads them with no credential,
+    /// so each would otherwise be a query anyone can send.
+    public func apps(projectID: String) async throws -> [App] {
+        if let hit = projectApps.lookup(projectID), let apps = hit { return apps }
+        let apps = try await store.apps(projectID: projectID)
+        projectApps.store(projectID, apps, ttl: Catalog.cacheTTL)
+        return apps
+    }
 
     /// The project a server key belongs to, or nil for an unknown key.
     public func projectID(serverKey: String) async throws -> String? {

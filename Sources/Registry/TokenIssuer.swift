@@ -73,6 +73,9 @@ public final class TokenIssuer: Sendable {
     private let store: any SigningKeyStore
     private let clock: any WallClock
     private let ring = Mutex(Ring())
+    /// The reload under way for requests that found the ring stale or met an unknown `kid`: they wait for it
+    /// together, one load however many ask (a burst of tokens with random `kid`s each loaded and parsed every key).
+    private let sharedReload = Mutex<Task<Void, any Error>?>(nil)
     /// Tokens whose signature was verified, with their claims and the key that signed them. The SDKs present the
     /// same token for hours, and an ES256 verification was a fifth of a consent change's CPU; a hit is checked for
     /// expiry and for its key still being in the ring, so a retired key's tokens stop at once.
@@ -129,10 +132,22 @@ public final class TokenIssuer: Sendable {
         ring.withLock { $0 = Ring(keys: loaded, signing: newest, loadedAt: .now) }
     }
 
+    /// ``reload()`` for requests: joins the one under way, if any.
+    private func reloadOnce() async throws {
+        let load = sharedReload.withLock { running -> Task<Void, any Error> in
+            if let running { return running }
+            let task = Task { try await self.reload() }
+            running = task
+            return task
+        }
+        defer { sharedReload.withLock { if $0 == load { $0 = nil } } }
+        try await load.value
+    }
+
     private func currentRing() async throws -> Ring {
         let current = ring.withLock { $0 }
         if current.signing == nil || current.isOlder(than: .seconds(60)) {
-            try await reload()
+            try await reloadOnce()
             return ring.withLock { $0 }
         }
         return current
@@ -167,7 +182,7 @@ public final class TokenIssuer: Sendable {
             header["alg"]?.stringValue == "ES256", let kid = header["kid"]?.stringValue
         else { throw invalid }
         if current.keys[kid] == nil, current.isOlder(than: .seconds(5)) {
-            try await reload()
+            try await reloadOnce()
             current = ring.withLock { $0 }
         }
         guard let key = current.keys[kid],

@@ -132,6 +132,23 @@ struct HTTPParserTests {
         #expect(r.body == json)
     }
 
+    /// A GET's body is framed and dropped: not inflated, not held while the route runs.
+    @Test func aGetsBodyIsDroppedUndecoded() {
+        let zipped = Gzip.compress([UInt8](repeating: UInt8(ascii: "a"), count: 1 << 20))
+        for method in ["GET", "HEAD"] {
+            var parser = HTTPParser()
+            parser.append(
+                Array(
+                    "\(method) /events HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n"
+                        .utf8) + zipped + Array("GET /next HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+            guard case let .request(r) = parser.next() else { Issue.record("no request"); return }
+            #expect(r.body.isEmpty)
+            #expect(r.headers["content-encoding"] == "identity")
+            guard case let .request(next) = parser.next() else { Issue.record("no second request"); return }
+            #expect(next.target == "/next")
+        }
+    }
+
     @Test func gzipBombIsRefused() {
         let zipped = Gzip.compress([UInt8](repeating: 0, count: 4 * 1024 * 1024))
         var parser = HTTPParser()

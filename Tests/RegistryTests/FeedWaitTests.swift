@@ -1,6 +1,5 @@
 import Synchronization
 import Testing
-import TokenRegistryTesting
 
 @testable import Registry
 
@@ -47,27 +46,5 @@ struct FeedWaitTests {
         #expect(asked >= 64)
         #expect(asked <= 64 * 2 + 8 * 5 * 2 + 16, "asked \(asked) times")
         #expect(feed.waiters.total == 0)
-    }
-}
-
-/// Misses (what random credentials make) never push the values in use out of a look-up cache.
-@Suite("Look-up caches")
-struct TTLCacheTests {
-    @Test func aFloodOfMissesLeavesTheValuesInUse() {
-        let cache = TTLCache<String, String>(capacity: 1000)
-        cache.store("real-key", "real-project", ttl: 30)
-        var random = SplitMix(seed: 7)
-        for _ in 0..<20_000 { cache.store("random-\(random.next())", nil, ttl: 2) }
-        #expect(cache.lookup("real-key") == .some("real-project"))
-        #expect(cache.counts.missing <= 100)
-        // A miss that becomes a value is a value, and the other way round.
-        cache.store("later", nil, ttl: 30)
-        #expect(cache.lookup("later") == .some(nil))
-        cache.store("later", "now-found", ttl: 30)
-        #expect(cache.lookup("later") == .some("now-found"))
-        cache.store("later", nil, ttl: 30)
-        #expect(cache.lookup("later") == .some(nil))
-        cache.remove("later")
-        #expect(cache.lookup("later") == nil)
     }
 }
