@@ -41,7 +41,7 @@ public struct HTTPResponse: Sendable {
         self.init(status: status, headers: ["content-type": contentType], body: Array(body.utf8))
     }
 
-    /// The head and body as bytes on the wire. `Content-Length` is always set from the body;
+    /// The head and body as bytes on the wire. `Content-Length` is set from the body (but for a 204, which has none);
     /// `keepAlive` false adds `Connection: close`; `omitBody` serves HEAD.
     public func serialized(version: HTTPVersion, keepAlive: Bool, omitBody: Bool = false) -> [UInt8] {
         var out = [UInt8]()
@@ -53,16 +53,20 @@ public struct HTTPResponse: Sendable {
             out.append(contentsOf: value.utf8)
             out.append(contentsOf: "\r\n".utf8)
         }
-        out.append(contentsOf: "content-length: ".utf8)
-        HTTPResponse.appendDecimal(body.count, to: &out)
-        out.append(contentsOf: "\r\n".utf8)
+        // A 1xx or 204 answer has no content and must not carry Content-Length (RFC 9110, 8.6); 304 is never sent.
+        let hasContent = status >= 200 && status != 204
+        if hasContent {
+            out.append(contentsOf: "content-length: ".utf8)
+            HTTPResponse.appendDecimal(body.count, to: &out)
+            out.append(contentsOf: "\r\n".utf8)
+        }
         if !keepAlive {
             out.append(contentsOf: "connection: close\r\n".utf8)
         } else if version == .http1_0 {
             out.append(contentsOf: "connection: keep-alive\r\n".utf8)
         }
         out.append(contentsOf: "\r\n".utf8)
-        if !omitBody { out.append(contentsOf: body) }
+        if !omitBody && hasContent { out.append(contentsOf: body) }
         return out
     }
 

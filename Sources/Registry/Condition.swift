@@ -22,6 +22,26 @@ public indirect enum Condition: Sendable, Equatable {
         }
     }
 
+    /// The topics the condition requires of every target (its top-level conjuncts that are topics, each once, in
+    /// order), and what remains of it (nil when nothing does). A store reads a page from the first such topic's
+    /// subscribers; a condition that requires none is read from the project's registrations, each tested.
+    public var requiredTopics: (topics: [String], rest: Condition?) {
+        var topics: [String] = []
+        var rest: [Condition] = []
+        func walk(_ c: Condition) {
+            switch c {
+            case let .and(a, b):
+                walk(a)
+                walk(b)
+            case let .topic(name):
+                if !topics.contains(name) { topics.append(name) }
+            default: rest.append(c)
+            }
+        }
+        walk(self)
+        return (topics, rest.dropFirst().reduce(rest.first) { all, next in all.map { .and($0, next) } })
+    }
+
     /// Parses a condition.
     ///
     /// - Throws: ``ConditionError`` with the 0-based character position of the problem.

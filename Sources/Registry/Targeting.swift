@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A registration a message may be sent to.
 public struct Target: Sendable, Equatable {
@@ -75,6 +76,7 @@ public struct TargetingService: Sendable {
     let consent: ConsentService
     public let clock: any WallClock
     public let freshness: Freshness
+    let scans = ProjectScans()
 
     public init(
         store: any TargetingStore, registrations: RegistrationService, installations: InstallationService,
@@ -110,11 +112,25 @@ public struct TargetingService: Sendable {
     }
 
     /// Live registrations that satisfy `condition`, after FID `after`.
+    ///
+    /// A condition that requires no topic of every target (`'a' in topics || 'b' in topics`, a `!`) is read from the
+    /// project's registrations, each tested, for as long as it takes to fill the page: on a large project, up to the
+    /// statement timeout. At most ``ProjectScans/perProject`` such pages of one project run at once on a replica;
+    /// another is refused (429, retried by the caller), so one project's conditions cannot hold the pool.
     public func resolve(projectID: String, condition: Condition, after: String?, limit: Int) async throws -> [Target] {
         let now = clock.now()
-        return try await store.resolve(
-            condition: condition, filter: filter(projectID: projectID, after: after, limit: limit, now: now)
-        ).map { target($0, now: now) }
+        let page = filter(projectID: projectID, after: after, limit: limit, now: now)
+        guard condition.requiredTopics.topics.isEmpty else {
+            return try await store.resolve(condition: condition, filter: page).map { target($0, now: now) }
+        }
+        guard scans.enter(projectID) else {
+            throw RegistryError(
+                .resourceExhausted,
+                "at most \(ProjectScans.perProject) conditions that require no topic are resolved at once for a "
+                    + "project; retry, or and the condition with a topic every target has")
+        }
+        defer { scans.leave(projectID) }
+        return try await store.resolve(condition: condition, filter: page).map { target($0, now: now) }
     }
 
     /// Why a token (or FID) may or may not be sent to.
@@ -136,5 +152,27 @@ public struct TargetingService: Sendable {
             of: registration, messagingConsent: try await consent.messagingEnabled(installation: installation),
             at: clock.now())
         return (reason, registration)
+    }
+}
+
+/// The pages of conditions that read a whole project's registrations, running on this replica, by project.
+final class ProjectScans: Sendable {
+    static let perProject = 2
+    private let running = Mutex<[String: Int]>([:])
+
+    /// Takes a slot of the project's; false when it has none left.
+    func enter(_ project: String) -> Bool {
+        running.withLock {
+            guard $0[project, default: 0] < Self.perProject else { return false }
+            $0[project, default: 0] += 1
+            return true
+        }
+    }
+
+    func leave(_ project: String) {
+        running.withLock {
+            let left = ($0[project] ?? 1) - 1
+            $0[project] = left > 0 ? left : nil
+        }
     }
 }

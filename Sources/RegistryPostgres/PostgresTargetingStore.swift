@@ -103,7 +103,7 @@ struct PostgresTargetingStore: TargetingStore {
         // from the project's registrations: its cost is the topics', not the project's. With the topics as EXISTS
         // subqueries, `'a' in topics && 'b' in topics` with nobody in both read every registration to say so (1.3 s
         // at 1,000,000 installations); joined, the two topic indexes are merged first (26-31 ms).
-        let (topics, rest) = Self.requiredTopics(condition)
+        let (topics, rest) = condition.requiredTopics
         let predicate = rest.map { Self.sql($0, binds: &binds) } ?? "true"
         let source: String
         let order: String
@@ -157,25 +157,6 @@ struct PostgresTargetingStore: TargetingStore {
 
     static let boundedJoins: PostgresQuery =
         "SELECT set_config('enable_hashjoin', 'off', true), set_config('max_parallel_workers_per_gather', '0', true)"
-
-    /// The topics a condition requires of every target (its top-level conjuncts that are topics, each once, in
-    /// order), and what remains of it (nil when nothing does).
-    static func requiredTopics(_ condition: Condition) -> (topics: [String], rest: Condition?) {
-        var topics: [String] = []
-        var rest: [Condition] = []
-        func walk(_ c: Condition) {
-            switch c {
-            case let .and(a, b):
-                walk(a)
-                walk(b)
-            case let .topic(name):
-                if !topics.contains(name) { topics.append(name) }
-            default: rest.append(c)
-            }
-        }
-        walk(condition)
-        return (topics, rest.dropFirst().reduce(rest.first) { all, next in all.map { .and($0, next) } })
-    }
 
     /// The consent a target needs, with its purpose and flag as constants: so the planner can use the partial index
     /// `consents_messaging_granted` (m025), which a bound parameter could not prove it may.
