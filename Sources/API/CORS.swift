@@ -61,7 +61,7 @@ struct CORS: Sendable {
         guard let origin = request.headers["origin"] else { return }
         response.headers.add(name: "vary", value: "Origin")
         // A server credential is never to be used from a page.
-        if let authorization = request.headers["authorization"], authorization.lowercased().hasPrefix("bearer ") {
+        if let authorization = request.headers["authorization"], authorization.dropping(caseInsensitivePrefix: "bearer ") != nil {
             return
         }
         guard await allows(origin: origin, project: parameters["project"], app: await app(of: request)) else { return }

@@ -66,18 +66,10 @@ final class GroupCommitter: Sendable {
     func run(_ query: PostgresQuery, key: String, on pool: PostgresPool) async throws -> PostgresRows {
         let lane = pool.loops.current.map { ObjectIdentifier($0) }
         // A free slot: lead at once, with no continuation made and resumed on the way.
-        let leadsNow = state.withLock { s -> Bool in
-            guard s.lanes[lane, default: Lane()].batchesRunning < batchesPerLane else { return false }
-            s.lanes[lane, default: Lane()].batchesRunning += 1
-            return true
-        }
-        if leadsNow { return try await lead(query, key: key, with: [], lane: lane, pool: pool).get() }
+        if state.withLock({ claimSlot(&$0, lane) }) { return try await lead(query, key: key, with: [], lane: lane, pool: pool).get() }
         let ticket = await withCheckedContinuation { (continuation: CheckedContinuation<Ticket, Never>) in
             let (leads, startReaper) = state.withLock { s -> (Bool, Bool) in
-                if s.lanes[lane, default: Lane()].batchesRunning < batchesPerLane {
-                    s.lanes[lane, default: Lane()].batchesRunning += 1
-                    return (true, false)
-                }
+                if claimSlot(&s, lane) { return (true, false) }
                 s.lanes[lane, default: Lane()].waiting.append(
                     Waiting(query: query, key: key, deadline: .now + queueTimeout, continuation: continuation))
                 let startReaper = !s.reaperRunning
@@ -93,6 +85,13 @@ final class GroupCommitter: Sendable {
         case let .lead(others):
             return try await lead(query, key: key, with: others, lane: lane, pool: pool).get()
         }
+    }
+
+    /// Takes one of the lane's batch slots when one is free.
+    private func claimSlot(_ s: inout State, _ lane: ObjectIdentifier?) -> Bool {
+        guard s.lanes[lane, default: Lane()].batchesRunning < batchesPerLane else { return false }
+        s.lanes[lane, default: Lane()].batchesRunning += 1
+        return true
     }
 
     /// Runs the caller's statement with `others` as one batch, answers the others, and hands the lane's next batch

@@ -114,10 +114,6 @@ public actor PostgresConnection {
         close(socket)
     }
 
-    /// Opens a connection from a libpq connection string or URL (on a thread of its own: connecting blocks) and
-    /// places it on `loop`, or on a serial queue of its own when `loop` is nil.
-    ///
-    /// - Throws: ``PostgresError`` `.connectionFailed` with libpq's message.
     /// Runs `sql` (statements that return no rows) on a connection not yet in non-blocking mode; true when it
     /// succeeded.
     private static func applies(_ sql: String, on conn: OpaquePointer) -> Bool {
@@ -126,6 +122,10 @@ public actor PostgresConnection {
         return PQresultStatus(result) == PGRES_COMMAND_OK
     }
 
+    /// Opens a connection from a libpq connection string or URL (on a thread of its own: connecting blocks) and
+    /// places it on `loop`, or on a serial queue of its own when `loop` is nil.
+    ///
+    /// - Throws: ``PostgresError`` `.connectionFailed` with libpq's message.
     public static func connect(
         _ conninfo: String, on loop: (any PostgresEventLoop)? = nil, settings: SessionSettings = .init()
     ) async throws -> PostgresConnection {

@@ -178,7 +178,6 @@ public final class Catalog: Sendable {
         return app
     }
 
-    /// Every app of a project (not cached; for rare administrative look-ups).
     /// The project's apps, cached as the other look-ups are: a browser's preflight reads them with no credential,
     /// so each would otherwise be a query anyone can send.
     public func apps(projectID: String) async throws -> [App] {

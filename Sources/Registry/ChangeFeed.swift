@@ -1,5 +1,3 @@
-import Synchronization
-
 /// The change feed app backends follow: events of a project in commit-safe order, by cursor.
 public struct ChangeFeed: Sendable {
     let store: any ChangeFeedStore
@@ -39,26 +37,15 @@ final class FeedWaiters: Sendable {
     static let freeInAll = 128
     static let baseInterval = Duration.milliseconds(200)
 
-    private let counts = Mutex<(byProject: [String: Int], total: Int)>(([:], 0))
+    private let waiting = ProjectCounts()
 
-    func enter(_ project: String) {
-        counts.withLock {
-            $0.byProject[project, default: 0] += 1
-            $0.total += 1
-        }
-    }
+    func enter(_ project: String) { _ = waiting.enter(project) }
 
-    func leave(_ project: String) {
-        counts.withLock {
-            let left = ($0.byProject[project] ?? 1) - 1
-            $0.byProject[project] = left > 0 ? left : nil
-            $0.total -= 1
-        }
-    }
+    func leave(_ project: String) { waiting.leave(project) }
 
     /// The pause between a waiter's questions now.
     func interval(_ project: String) -> Duration {
-        let (inProject, total) = counts.withLock { ($0.byProject[project] ?? 0, $0.total) }
+        let (inProject, total) = waiting.current(project)
         return Self.interval(project: inProject, total: total)
     }
 
@@ -69,5 +56,5 @@ final class FeedWaiters: Sendable {
         return baseInterval * share
     }
 
-    var total: Int { counts.withLock { $0.total } }
+    var total: Int { waiting.total }
 }

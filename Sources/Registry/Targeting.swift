@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// A registration a message may be sent to.
 public struct Target: Sendable, Equatable {
@@ -158,21 +157,10 @@ public struct TargetingService: Sendable {
 /// The pages of conditions that read a whole project's registrations, running on this replica, by project.
 final class ProjectScans: Sendable {
     static let perProject = 2
-    private let running = Mutex<[String: Int]>([:])
+    private let running = ProjectCounts()
 
     /// Takes a slot of the project's; false when it has none left.
-    func enter(_ project: String) -> Bool {
-        running.withLock {
-            guard $0[project, default: 0] < Self.perProject else { return false }
-            $0[project, default: 0] += 1
-            return true
-        }
-    }
+    func enter(_ project: String) -> Bool { running.enter(project, limit: Self.perProject) }
 
-    func leave(_ project: String) {
-        running.withLock {
-            let left = ($0[project] ?? 1) - 1
-            $0[project] = left > 0 ? left : nil
-        }
-    }
+    func leave(_ project: String) { running.leave(project) }
 }

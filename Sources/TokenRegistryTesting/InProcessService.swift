@@ -100,8 +100,8 @@ public struct InProcessService: Sendable {
             exchanges.record(
                 route: "\(route.method) \(route.template)", status: response.status,
                 requestID: response.headers["x-request-id"] ?? "",
-                bearer: request.headers["authorization"]?.lowercased().hasPrefix("bearer ") == true
-                    || request.headers["authorization"]?.lowercased().hasPrefix("key=") == true)
+                bearer: request.headers["authorization"]?.dropping(caseInsensitivePrefix: "bearer ") != nil
+                    || request.headers["authorization"]?.dropping(caseInsensitivePrefix: "key=") != nil)
         }
         return Reply(
             raw: RawResponse(
