@@ -169,7 +169,14 @@ extension Date: PostgresEncodable, PostgresDecodable {
 
     /// Parses `YYYY-MM-DD HH:MM:SS[.ffffff]+00` (or `Z`, `±HH[:MM]`).
     public init?(postgresText text: String) {
-        let c = Array(text.utf8)
+        // Read in place: a copy of the bytes into an array was an allocation for every timestamp of every row read
+        // (once per target of a streamed page).
+        var text = text
+        guard let date = text.withUTF8({ Date.parsePostgres($0) }) else { return nil }
+        self = date
+    }
+
+    static func parsePostgres(_ c: UnsafeBufferPointer<UInt8>) -> Date? {
         guard c.count >= 19 else { return nil }
         func num(_ from: Int, _ len: Int) -> Int? {
             var v = 0
@@ -183,12 +190,13 @@ extension Date: PostgresEncodable, PostgresDecodable {
             let minute = num(14, 2), let second = num(17, 2)
         else { return nil }
         var i = 19
-        var micros = 0.0
+        // The fraction as whole microseconds (PostgreSQL prints at most six digits), then one division.
+        var micros = 0
         if i < c.count, c[i] == UInt8(ascii: ".") {
             i += 1
-            var scale = 0.1
+            var scale = 100_000
             while i < c.count, c[i] >= 48, c[i] <= 57 {
-                micros += Double(c[i] - 48) * scale
+                micros += Int(c[i] - 48) * scale
                 scale /= 10
                 i += 1
             }
@@ -203,7 +211,7 @@ extension Date: PostgresEncodable, PostgresDecodable {
         }
         guard (1...12).contains(month), (1...31).contains(day) else { return nil }
         let epoch = Date.days(year: year, month: month, day: day) * 86_400 + hour * 3600 + minute * 60 + second
-        self.init(timeIntervalSince1970: Double(epoch - offset) + micros)
+        return Date(timeIntervalSince1970: Double(epoch - offset) + Double(micros) / 1_000_000)
     }
 
     /// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's `days_from_civil`): what `timegm`

@@ -34,7 +34,9 @@ struct IndexedInputLimitTests {
         "gcm_registrations.app": 256,  // CheckinController
         "gcm_registrations.subtype": 256,
         "apps.app_id": 128,  // Identifiers.isValidAppID: 1:<number>:<platform>:<1-64>
-        // Enumerations.
+        // Enumerations (CHECK constraints).
+        "registrations.state": 8,  // active, disabled, retired
+        "registrations.platform": 8,  // ios, android, web
         "registrations.quarantine_channel": 8,
         "feedback_breakers.channel": 8,
         "feedback_stats.channel": 8,
