@@ -36,7 +36,8 @@ public enum Timestamp {
         out.append(UInt8(ascii: "Z"))
     }
 
-    /// `value` (0 or more) in decimal, zero-padded to at least `width` digits: for writers of fixed-format text.
+    /// `value` (0 or more) in decimal, zero-padded to at least `width` digits (at most 19, the digits of `Int.max`):
+    /// for writers of fixed-format text.
     /// Written from the most significant digit, so nothing is reversed after (this runs seven times a row of a
     /// streamed page of targets).
     public static func digits(_ value: Int, _ width: Int, _ out: inout [UInt8]) {

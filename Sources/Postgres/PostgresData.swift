@@ -72,19 +72,26 @@ public struct ByteA: PostgresEncodable, PostgresDecodable, Hashable {
     }
 
     public init?(postgresText: String) {
-        let chars = Array(postgresText.utf8)
+        // Read in place, as timestamps are: no copy of the text's bytes before decoding them.
+        var text = postgresText
+        guard let bytes = text.withUTF8({ ByteA.parseHex($0) }) else { return nil }
+        self.bytes = bytes
+    }
+
+    private static func parseHex(_ chars: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         guard chars.count >= 2, chars[0] == UInt8(ascii: "\\"), chars[1] == UInt8(ascii: "x"), chars.count % 2 == 0
         else {
             return nil
         }
         var out = [UInt8]()
+        out.reserveCapacity(chars.count / 2 - 1)
         var i = 2
         while i < chars.count {
             guard let hi = ByteA.nibble(chars[i]), let lo = ByteA.nibble(chars[i + 1]) else { return nil }
             out.append(hi << 4 | lo)
             i += 2
         }
-        bytes = out
+        return out
     }
 
     private static func nibble(_ c: UInt8) -> UInt8? {

@@ -42,7 +42,9 @@ struct TimestampTests {
     /// `digits` against `String(format:)` over random values and widths, the ends of `Int` included.
     @Test func digitsAgreeWithPrintf() {
         var generator = SystemRandomNumberGenerator()
-        var samples: [Int] = [0, 1, 9, 10, 99, 100, 999_999, 1_000_000, Int.max, Int.max / 10, 1_000_000_000_000_000_000]
+        var samples: [Int] = [
+            0, 1, 9, 10, 99, 100, 999_999, 1_000_000, Int.max, Int.max / 10, 1_000_000_000_000_000_000,
+        ]
         for _ in 0..<5_000 { samples.append(Int.random(in: 0...Int.max, using: &generator) >> Int.random(in: 0...62)) }
         for value in samples {
             let width = Int.random(in: 1...22, using: &generator)
@@ -50,7 +52,8 @@ struct TimestampTests {
             Timestamp.digits(value, width, &out)
             let expected = String(format: "%0\(min(width, 19))ld", value)
             if String(decoding: out, as: UTF8.self) != expected {
-                Issue.record("digits(\(value), \(width)) wrote \(String(decoding: out, as: UTF8.self)), printf \(expected)")
+                Issue.record(
+                    "digits(\(value), \(width)) wrote \(String(decoding: out, as: UTF8.self)), printf \(expected)")
                 return
             }
         }

@@ -41,11 +41,17 @@ struct PostgresTests {
                         try await c.query("SELECT \(value)::text AS v")
                     }
                 }
-                let error = try await pool.withConnection { c in try await c.pipeline(["SELECT 1", "SELECT \(value)::text"]) }
-                guard case let .failure(refused) = error[1] else { Issue.record("\(value.debugDescription) ran"); continue }
+                let error = try await pool.withConnection { c in
+                    try await c.pipeline(["SELECT 1", "SELECT \(value)::text"])
+                }
+                guard case let .failure(refused) = error[1] else {
+                    Issue.record("\(value.debugDescription) ran"); continue
+                }
                 #expect(refused.sqlState == "22021")
             }
-            let names = try await pool.query("SELECT name FROM named ORDER BY name").map { try $0.require("name", as: String.self) }
+            let names = try await pool.query("SELECT name FROM named ORDER BY name").map {
+                try $0.require("name", as: String.self)
+            }
             #expect(names == ["crm"])
         }
     }
@@ -431,5 +437,30 @@ struct PostgresTimestampTests {
         #expect(Date(postgresText: "2026-12-01 03:04:05.5+02")?.timeIntervalSince1970 == 1_796_087_045.5)
         #expect(Date(postgresText: "2026-13-01 03:04:05+00") == nil)
         #expect(Date(postgresText: "2026-12-00 03:04:05+00") == nil)
+    }
+}
+
+@Suite("PostgreSQL bytea")
+struct PostgresByteATests {
+    /// Random bytes written as hex and read back; every malformed shape (no `\x`, odd length, a non-hex digit) is nil.
+    @Test func hexRoundTripsAndMalformedTextIsRefused() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            let bytes = (0..<Int.random(in: 0...64, using: &generator)).map { _ in
+                UInt8.random(in: 0...255, using: &generator)
+            }
+            let text = ByteA(bytes).postgresText!
+            #expect(ByteA(postgresText: text)?.bytes == bytes)
+            #expect(ByteA(postgresText: text.uppercased().replacingOccurrences(of: "\\X", with: "\\x"))?.bytes == bytes)
+            #expect(ByteA(postgresText: text + "a") == nil)
+            if !bytes.isEmpty {
+                var broken = Array(text.utf8)
+                broken[Int.random(in: 2..<broken.count, using: &generator)] = UInt8(ascii: "g")
+                #expect(ByteA(postgresText: String(decoding: broken, as: UTF8.self)) == nil)
+            }
+        }
+        #expect(ByteA(postgresText: "") == nil)
+        #expect(ByteA(postgresText: "x00") == nil)
+        #expect(ByteA(postgresText: "\\x")?.bytes == [])
     }
 }
