@@ -26,6 +26,8 @@ public struct Configuration: Sendable {
     /// At most this many concurrent single-statement writes (token refreshes, installation creates) committed in one
     /// transaction; 1 commits each alone.
     public var databaseGroupCommitMax = 64
+    /// At most this many concurrent point reads (an installation by its FID) sent in one round trip; 1: each alone.
+    public var databaseReadBatchMax = 64
     /// `DATABASE_POOLER=transaction`: the database URLs name a pooler in transaction mode (pgbouncer), so nothing
     /// is kept on a server session between transactions.
     public var databaseTransactionPooled = false
@@ -118,6 +120,7 @@ public struct Configuration: Sendable {
         c.databasePoolSize = try reader.int("DB_POOL_SIZE", default: 16, range: 1...1000)
         c.databaseAcquireTimeoutMillis = try reader.int("DB_ACQUIRE_TIMEOUT_MS", default: 5000, range: 10...600_000)
         c.databaseGroupCommitMax = try reader.int("DB_GROUP_COMMIT_MAX", default: 64, range: 1...1000)
+        c.databaseReadBatchMax = try reader.int("DB_READ_BATCH_MAX", default: 64, range: 1...1000)
         c.databaseStatementTimeoutMillis = try reader.int(
             "DB_STATEMENT_TIMEOUT_MS", default: 30_000, range: 0...86_400_000)
         switch env["DATABASE_POOLER"] ?? "none" {

@@ -1,6 +1,8 @@
 import Synchronization
 
 /// Group commit: concurrent single-statement writes gathered into one transaction, one round trip and one WAL flush.
+/// The pool runs a second one for point reads (``PostgresPool/batchedRead(_:)``), where the gain is the round trip:
+/// one connection taken and one PostgreSQL wake-up for the batch.
 ///
 /// Each event loop has a lane. A write that finds its lane with a batch slot free runs at once (a lone request
 /// never waits for company); otherwise it queues, and when a batch finishes, the next waiting write leads a batch of

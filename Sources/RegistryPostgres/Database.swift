@@ -48,6 +48,12 @@ struct Database: Sendable {
         try await Database.translating { try await pool.groupCommitted(query, key: key) }
     }
 
+    /// Runs one point read (a look-up by key that takes no lock), possibly in one round trip with concurrent ones
+    /// (``PostgresPool/batchedRead(_:)``); on a replica that cannot be reached, once more on the primary.
+    func batchedRead(_ query: PostgresQuery) async throws -> PostgresRows {
+        try await Database.translating { try await failingOver { try await $0.batchedRead(query) } }
+    }
+
     /// Runs `body` in one transaction (committed when it returns, rolled back when it throws).
     func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         try await Database.translating { try await failingOver { try await $0.withTransaction(body) } }

@@ -35,7 +35,7 @@ struct PostgresCheckinStore: CheckinStore {
 
     func checkin(androidID: UInt64) async throws -> StoredCheckin? {
         guard let id = Int64(exactly: androidID),
-            let row = try await db.query("SELECT * FROM checkins WHERE android_id = \(id)").first
+            let row = try await db.batchedRead("SELECT * FROM checkins WHERE android_id = \(id)").first
         else { return nil }
         return StoredCheckin(
             androidID: androidID, securityTokenHash: try row.require("security_token_hash", as: ByteA.self).bytes,

@@ -50,7 +50,7 @@ struct PostgresInstallationStore: InstallationStore {
 
     func find(projectID: String, fid: String) async throws -> Installation? {
         guard
-            let row = try await db.query(
+            let row = try await db.batchedRead(
                 "SELECT * FROM installations WHERE project_id = \(projectID) AND fid = \(fid)"
             ).first
         else { return nil }

@@ -70,12 +70,12 @@ struct PostgresRegistrationStore: RegistrationStore {
     }
 
     func find(projectID: String, fid: String) async throws -> Registration? {
-        try await db.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").first.map(
-            Self.decode)
+        try await db.batchedRead("SELECT * FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").first
+            .map(Self.decode)
     }
 
     func find(projectID: String, token: String) async throws -> Registration? {
-        try await db.query("SELECT * FROM registrations WHERE project_id = \(projectID) AND token = \(token)").first
+        try await db.batchedRead("SELECT * FROM registrations WHERE project_id = \(projectID) AND token = \(token)").first
             .map(Self.decode)
     }
 

@@ -11,16 +11,17 @@ public enum PostgresRegistry {
     ///   - acquireTimeoutMillis: how long a caller waits for a free connection (then `.unavailable`).
     ///   - statementTimeoutMillis: each connection's `statement_timeout`; 0 keeps the server's.
     ///   - groupCommitMax: at most this many concurrent writes committed together (1: each alone).
+    ///   - readBatchMax: at most this many concurrent point reads sent in one round trip (1: each alone).
     ///   - transactionPooled: `conninfo` names a pooler in transaction mode (pgbouncer): nothing is kept on a session.
     public static func pool(
         conninfo: String, size: Int, acquireTimeoutMillis: Int, statementTimeoutMillis: Int, groupCommitMax: Int = 64,
-        transactionPooled: Bool = false
+        readBatchMax: Int = 64, transactionPooled: Bool = false
     ) -> PostgresPool {
         PostgresPool(
             .init(
                 conninfo: conninfo, maxConnections: size, acquireTimeout: .milliseconds(acquireTimeoutMillis),
                 statementTimeout: statementTimeoutMillis > 0 ? .milliseconds(statementTimeoutMillis) : nil,
-                groupCommitBatch: groupCommitMax, transactionPooled: transactionPooled))
+                groupCommitBatch: groupCommitMax, readBatch: readBatchMax, transactionPooled: transactionPooled))
     }
 
     /// Every store of ``RegistryStores``, sharing `pool`.
@@ -113,6 +114,10 @@ struct PostgresStoreHealth: StoreHealth {
         statistics.groupCommits = pool.groupCommits
         statistics.groupCommittedWrites = pool.groupCommittedWrites
         statistics.writesRetriedAlone = pool.writesRetriedAlone
+        statistics.queuedReads = pool.queuedReads
+        statistics.readBatches = pool.readBatches
+        statistics.batchedReads = pool.batchedReads
+        statistics.readsRetriedAlone = pool.readsRetriedAlone
         return statistics
     }
 

@@ -154,7 +154,7 @@ struct CommandDatabase {
             conninfo: conninfo, size: configuration.databasePoolSize,
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
-            groupCommitMax: configuration.databaseGroupCommitMax,
+            groupCommitMax: configuration.databaseGroupCommitMax, readBatchMax: configuration.databaseReadBatchMax,
             transactionPooled: configuration.databaseTransactionPooled)
         let readPool = configuration.databaseReadURL.map {
             PostgresRegistry.pool(
