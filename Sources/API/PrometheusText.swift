@@ -44,12 +44,10 @@ enum PrometheusText {
             "db_group_commit_retried_alone_total \(s.writesRetriedAlone)",
             "# HELP db_read_batch_queued_reads Point reads waiting for a batch.",
             "# TYPE db_read_batch_queued_reads gauge", "db_read_batch_queued_reads \(s.queuedReads)",
-            "# HELP db_read_batches_total Round trips of batched point reads (a batch, or a read retried alone).",
+            "# HELP db_read_batches_total Round trips of batched point reads.",
             "# TYPE db_read_batches_total counter", "db_read_batches_total \(s.readBatches)",
             "# HELP db_read_batch_reads_total Point reads answered in batches (÷ batches: the mean batch).",
             "# TYPE db_read_batch_reads_total counter", "db_read_batch_reads_total \(s.batchedReads)",
-            "# HELP db_read_batch_retried_alone_total Reads run again alone after another read failed their batch.",
-            "# TYPE db_read_batch_retried_alone_total counter", "db_read_batch_retried_alone_total \(s.readsRetriedAlone)",
         ]
     }
 

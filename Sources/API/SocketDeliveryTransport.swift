@@ -23,7 +23,9 @@ public struct SystemResolver: HostResolver {
             throw RegistryError(.unavailable, "too many name look-ups under way; retry later")
         }
         return try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
+            // A queue of its own, not the global one: getaddrinfo blocks for as long as the resolver takes, and blocked
+            // global-queue threads delay every Task.sleep of the process (docs/security.md, class 16).
+            DispatchQueue(label: "delivery.resolve").async {
                 defer { Self.inFlight.subtract(1, ordering: .relaxed) }
                 var hints = addrinfo()
                 hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -93,7 +95,8 @@ public struct SocketDeliveryTransport: DeliveryTransport {
         for (name, value) in headers { request += "\(name): \(value)\r\n" }
         let bytes = Array((request + "\r\n").utf8) + body
         return await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
+            // A queue of its own: the exchange blocks until its deadline at worst (docs/security.md, class 16).
+            DispatchQueue(label: "delivery.send").async {
                 continuation.resume(
                     returning: OutboundRequest.send(
                         bytes, to: addresses, endpoint: target, deadline: OutboundRequest.deadline(after: remaining),
@@ -103,7 +106,7 @@ public struct SocketDeliveryTransport: DeliveryTransport {
     }
 }
 
-/// One blocking HTTP/1.1 exchange, run on a Dispatch thread.
+/// One blocking HTTP/1.1 exchange, run on a Dispatch queue of its own.
 enum OutboundRequest {
     /// `CLOCK_MONOTONIC` in nanoseconds, the clock every deadline here (and `TLSClient`'s) is on.
     static func monotonicNanoseconds() -> UInt64 {

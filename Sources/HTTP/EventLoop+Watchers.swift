@@ -13,7 +13,8 @@ extension EventLoop {
     /// others of the loop (and with them, perhaps, the transaction whose lock it waits for).
     public func whenReady(_ fd: Int32, writable: Bool, _ ready: @escaping @Sendable () -> Void) {
         guard isCurrent else {
-            DispatchQueue.global().async {
+            // A queue of its own: the poll blocks its thread (docs/security.md, class 16).
+            DispatchQueue(label: "http.loop.stopped-watcher").async {
                 var descriptor = pollfd(fd: fd, events: Int16(POLLIN) | (writable ? Int16(POLLOUT) : 0), revents: 0)
                 while poll(&descriptor, 1, -1) < 0 && errno == EINTR {}
                 ready()

@@ -21,7 +21,8 @@ enum ChildProcess {
         async throws -> (status: Int32, output: String)
     {
         try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
+            // A queue of its own: the wait blocks its thread (docs/security.md, class 16).
+            DispatchQueue(label: "child-process").async {
                 continuation.resume(
                     with: Result {
                         try runBlocking(executable, arguments, timeout: timeout, keepOutput: keepOutput)

@@ -1,8 +1,9 @@
 import Synchronization
 
 /// Group commit: concurrent single-statement writes gathered into one transaction, one round trip and one WAL flush.
-/// The pool runs a second one for point reads (``PostgresPool/batchedRead(_:)``), where the gain is the round trip:
-/// one connection taken and one PostgreSQL wake-up for the batch.
+/// The pool runs a second one for point reads (``PostgresPool/batchedRead(_:)``), `separately`: their statements go
+/// out together but each is a transaction of its own, so a read that fails fails alone and none runs again; the gain
+/// is the round trip (one connection taken and one PostgreSQL wake-up for the batch).
 ///
 /// Each event loop has a lane. A write that finds its lane with a batch slot free runs at once (a lone request
 /// never waits for company); otherwise it queues, and when a batch finishes, the next waiting write leads a batch of
@@ -59,7 +60,12 @@ final class GroupCommitter: Sendable {
     /// Writes waiting for a batch, in every lane.
     var queued: Int { state.withLock { $0.lanes.values.reduce(0) { $0 + $1.waiting.count } } }
 
-    init(maxBatch: Int, batchesPerLane: Int, queueTimeout: Duration) {
+    /// Each statement a transaction of its own (reads): sent together, answered apart, none run again
+    /// (``PostgresConnection/pipelineSeparately(_:)``).
+    let separately: Bool
+
+    init(maxBatch: Int, batchesPerLane: Int, queueTimeout: Duration, separately: Bool = false) {
+        self.separately = separately
         self.maxBatch = max(1, maxBatch)
         self.batchesPerLane = max(1, batchesPerLane)
         self.queueTimeout = queueTimeout
@@ -110,6 +116,12 @@ final class GroupCommitter: Sendable {
         do {
             outcomes = try await pool.withConnection { connection in
                 let ordered = order.map { queries[$0] }
+                if separately {
+                    let results = try await connection.pipelineSeparately(ordered)
+                    transactions.add(1, ordering: .relaxed)
+                    statements.add(ordered.count, ordering: .relaxed)
+                    return results
+                }
                 var results = try await connection.pipeline(ordered)
                 transactions.add(1, ordering: .relaxed)
                 statements.add(ordered.count, ordering: .relaxed)

@@ -3,53 +3,59 @@ import Glibc
 
 /// The non-blocking protocol work: sending, flushing, waiting on the socket and reading results in order.
 extension PostgresConnection {
-    /// What one sent command was: a statement's `Parse` (its SQL, to forget it if it fails) or its execution.
+    /// What one sent command was: a statement's `Parse` (its SQL, to forget it if it fails), the transaction prelude
+    /// sent before a statement that runs in a transaction of its own, a statement's execution, or a `Sync` that ends
+    /// a transaction of its own.
     private enum Step {
         case prepare(sql: String)
+        case prelude
         case execute(index: Int)
+        case sync
     }
 
     /// The outcome of a statement that did not run because an earlier one in its pipeline failed.
     static let notRun = PostgresError(
         .server, sqlState: "25P02", message: "not run: an earlier statement of the same pipeline failed")
 
-    func runPipeline(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
+    /// Sends `queries` in pipeline mode and reads their outcomes. Together (the default), one `Sync` ends them:
+    /// they are one implicit transaction. `separately`, each is followed by its own `Sync` (and preceded by the
+    /// transaction prelude, through a pooler): each is a transaction of its own, whose failure touches no other,
+    /// and each lets go of its locks when it ends. Either way they go out in one write and come back in one read.
+    func runPipeline(_ queries: [PostgresQuery], separately: Bool = false, prelude: PostgresQuery? = nil) async throws
+        -> [Result<PostgresRows, PostgresError>]
+    {
         guard PQenterPipelineMode(connection) == 1 else { throw lost() }
         var steps: [Step] = []
-        steps.reserveCapacity(queries.count + 1)
+        steps.reserveCapacity(separately ? queries.count * 3 : queries.count + 1)
         for (index, query) in queries.enumerated() {
-            guard query.isPrepared, !settings.transactionPooled else {
-                let sent = withCStrings(query.binds) { pointers in
-                    PQsendQueryParams(connection, query.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
-                }
-                guard sent == 1 else { throw lost() }
-                steps.append(.execute(index: index))
-                continue
+            if separately, let prelude {
+                guard PQsendQueryParams(connection, prelude.sql, 0, nil, nil, nil, nil, 0) == 1 else { throw lost() }
+                steps.append(.prelude)
             }
-            let name: String
-            if let existing = prepared[query.sql] {
-                name = existing
-            } else {
-                statementCount += 1
-                name = "s\(statementCount)"
-                guard PQsendPrepare(connection, name, query.sql, Int32(query.binds.count), nil) == 1 else {
-                    throw lost()
-                }
-                prepared[query.sql] = name
-                steps.append(.prepare(sql: query.sql))
+            try send(query, index: index, steps: &steps)
+            if separately {
+                guard PQpipelineSync(connection) == 1 else { throw lost() }
+                steps.append(.sync)
             }
-            let sent = withCStrings(query.binds) { pointers in
-                PQsendQueryPrepared(connection, name, Int32(pointers.count), pointers, nil, nil, 0)
-            }
-            guard sent == 1 else { throw lost() }
-            steps.append(.execute(index: index))
         }
-        guard PQpipelineSync(connection) == 1 else { throw lost() }
+        if !separately {
+            guard PQpipelineSync(connection) == 1 else { throw lost() }
+            steps.append(.sync)
+        }
         try await flush()
 
         var outcomes = [Result<PostgresRows, PostgresError>](repeating: .failure(Self.notRun), count: queries.count)
-        var failedPrepare: PostgresError?
+        // An error before a statement's execution (its Parse, its prelude) is what that statement answers.
+        var failedBefore: PostgresError?
         for step in steps {
+            if case .sync = step {
+                guard let sync = try await nextResult() else { throw lost() }
+                let synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC
+                PQclear(sync)
+                guard synced else { throw lost() }
+                failedBefore = nil
+                continue
+            }
             var outcome: Result<PostgresRows, PostgresError>?
             while let result = try await nextResult() {
                 defer { PQclear(result) }
@@ -57,7 +63,7 @@ extension PostgresConnection {
                 case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
                     if outcome == nil, case .execute = step { outcome = .success(rows(of: result)) }
                 case PGRES_PIPELINE_ABORTED:
-                    if outcome == nil { outcome = .failure(failedPrepare ?? Self.notRun) }
+                    if outcome == nil { outcome = .failure(failedBefore ?? Self.notRun) }
                 case PGRES_PIPELINE_SYNC:
                     // A sync before every command answered: the stream is out of step with what was sent.
                     retire()
@@ -70,19 +76,49 @@ extension PostgresConnection {
             case let .prepare(sql):
                 if case let .failure(error) = outcome {
                     prepared[sql] = nil
-                    failedPrepare = error
+                    failedBefore = error
                 }
+            case .prelude:
+                if case let .failure(error) = outcome { failedBefore = error }
             case let .execute(index):
                 outcomes[index] = outcome ?? .failure(Self.notRun)
-                failedPrepare = nil
+                failedBefore = nil
+            case .sync: break
             }
         }
-        guard let sync = try await nextResult() else { throw lost() }
-        let synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC
-        PQclear(sync)
-        guard synced, PQexitPipelineMode(connection) == 1 else { throw lost() }
+        guard PQexitPipelineMode(connection) == 1 else { throw lost() }
         updateStatus()
         return outcomes
+    }
+
+    /// Queues one statement's commands: by name when it is prepared (its `Parse` first, the first time), else
+    /// unnamed with its text.
+    private func send(_ query: PostgresQuery, index: Int, steps: inout [Step]) throws {
+        guard query.isPrepared, !settings.transactionPooled else {
+            let sent = withCStrings(query.binds) { pointers in
+                PQsendQueryParams(connection, query.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+            }
+            guard sent == 1 else { throw lost() }
+            steps.append(.execute(index: index))
+            return
+        }
+        let name: String
+        if let existing = prepared[query.sql] {
+            name = existing
+        } else {
+            statementCount += 1
+            name = "s\(statementCount)"
+            guard PQsendPrepare(connection, name, query.sql, Int32(query.binds.count), nil) == 1 else {
+                throw lost()
+            }
+            prepared[query.sql] = name
+            steps.append(.prepare(sql: query.sql))
+        }
+        let sent = withCStrings(query.binds) { pointers in
+            PQsendQueryPrepared(connection, name, Int32(pointers.count), pointers, nil, nil, 0)
+        }
+        guard sent == 1 else { throw lost() }
+        steps.append(.execute(index: index))
     }
 
     /// Sends SQL text by the simple protocol (several statements allowed, no parameters) and reads every result.

@@ -131,7 +131,10 @@ public actor PostgresConnection {
     ) async throws -> PostgresConnection {
         let onConnect = settings.onConnect
         let result: Result<OpaquePointer, PostgresError> = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
+            // A queue of its own, not the global one: connecting blocks for as long as the server takes (up to
+            // `connect_timeout`), and blocked global-queue threads delay every Task.sleep of the process (docs/security.md,
+            // class 16).
+            DispatchQueue(label: "postgres.connect").async {
                 guard let conn = PQconnectdb(conninfo) else {
                     continuation.resume(returning: .failure(PostgresError(.connectionFailed, message: "out of memory")))
                     return
@@ -215,6 +218,35 @@ public actor PostgresConnection {
         let outcomes = try await runPipeline(head + queries)
         for case let .failure(error) in outcomes.prefix(head.count) { return queries.map { _ in .failure(error) } }
         return Array(outcomes.dropFirst(head.count))
+    }
+
+    /// Sends `queries` in one round trip, each a transaction of its own (a `Sync` after each): a statement that fails
+    /// fails alone, and the others run and answer as if sent one by one. Inside a transaction (after `BEGIN`) they
+    /// run together in it instead, as ``pipeline(_:)`` runs them. A parameter holding NUL fails its own statement only.
+    public func pipelineSeparately(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
+        var outcomes = [Result<PostgresRows, PostgresError>](repeating: .failure(Self.notRun), count: queries.count)
+        var sendable: [Int] = []
+        for (index, query) in queries.enumerated() {
+            if query.binds.contains(where: { $0.map(holdsNUL) == true }) {
+                outcomes[index] = .failure(PostgresError.nulInParameter)
+            } else {
+                sendable.append(index)
+            }
+        }
+        guard !sendable.isEmpty else { return outcomes }
+        let statements = sendable.map { queries[$0] }
+        await takeTurn()
+        let inTransaction = beginPending || PQtransactionStatus(connection) != PQTRANS_IDLE
+        let results: [Result<PostgresRows, PostgresError>]
+        if inTransaction {
+            giveTurn()
+            results = try await pipeline(statements)
+        } else {
+            defer { giveTurn() }
+            results = try await runPipeline(statements, separately: true, prelude: prelude)
+        }
+        for (index, result) in zip(sendable, results) { outcomes[index] = result }
+        return outcomes
     }
 
     /// Runs one or more statements without parameters (migrations, `BEGIN`, `COMMIT`).

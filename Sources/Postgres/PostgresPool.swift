@@ -70,12 +70,11 @@ public final class PostgresPool: Sendable {
         public var groupCommits = 0
         public var groupCommittedWrites = 0
         public var writesRetriedAlone = 0
-        /// Since the pool opened: round trips of batched reads, the reads they carried, and reads run again alone
-        /// after another read failed their batch (``PostgresPool/batchedRead(_:)``).
+        /// Point reads queued for a batch now; since the pool opened, round trips of batched reads and the reads
+        /// they carried (``PostgresPool/batchedRead(_:)``).
         public var queuedReads = 0
         public var readBatches = 0
         public var batchedReads = 0
-        public var readsRetriedAlone = 0
     }
 
     /// What a waiter is handed: a connection, or a reserved slot to open one in.
@@ -127,7 +126,7 @@ public final class PostgresPool: Sendable {
             queueTimeout: configuration.acquireTimeout)
         reads = GroupCommitter(
             maxBatch: configuration.readBatch, batchesPerLane: configuration.groupCommitsPerLoop,
-            queueTimeout: configuration.acquireTimeout)
+            queueTimeout: configuration.acquireTimeout, separately: true)
         state = Mutex(State(machine: Machine(maxConnections: configuration.maxConnections)))
     }
 
@@ -144,7 +143,6 @@ public final class PostgresPool: Sendable {
         statistics.queuedReads = reads.queued
         statistics.readBatches = reads.transactions.load(ordering: .relaxed)
         statistics.batchedReads = reads.statements.load(ordering: .relaxed)
-        statistics.readsRetriedAlone = reads.retriedAlone.load(ordering: .relaxed)
         return statistics
     }
 
@@ -193,12 +191,13 @@ public final class PostgresPool: Sendable {
         return try await committer.run(query, key: key, on: self)
     }
 
-    /// Runs one read, possibly in one round trip with concurrent ones: the statements of a batch go out as one
-    /// pipeline with one Sync, so a connection is taken, and PostgreSQL woken, once for all of them (measured on the
-    /// auth-token route at c=64: 48 % less PostgreSQL CPU and 16 % less service CPU a request; docs/benchmarks.md).
-    /// A lone read runs at once. For point look-ups only, statements that take no lock and return in a moment: a
-    /// batch waits for its slowest read. Each statement still takes its own snapshot (read committed), so it sees
-    /// every write acknowledged before it was called. A read that fails fails alone: the others run again one by one.
+    /// Runs one read, possibly in one round trip with concurrent ones: the statements of a batch go out in one write,
+    /// each a transaction of its own (a Sync after each), so a connection is taken, and PostgreSQL woken, once for
+    /// all of them (measured on the auth-token route at c=64: about half the PostgreSQL CPU and a sixth less service
+    /// CPU a request; docs/benchmarks.md). A lone read runs at once. A read that fails fails alone, and none runs
+    /// again. For point look-ups of at most a row, statements that take no row lock and return in a moment: a batch
+    /// is answered when its last read is. Each statement takes its own snapshot, so it sees every write
+    /// acknowledged before it was called.
     @discardableResult
     public func batchedRead(_ query: PostgresQuery) async throws -> PostgresRows {
         if configuration.readBatch == 1 { return try await self.query(query) }

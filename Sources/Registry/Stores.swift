@@ -68,12 +68,10 @@ public struct StoreStatistics: Sendable, Equatable {
     public var groupCommits = 0
     public var groupCommittedWrites = 0
     public var writesRetriedAlone = 0
-    /// Point reads queued for a batch now; since start, the round trips of batched reads, the reads they carried,
-    /// and reads run again alone after another read failed their batch.
+    /// Point reads queued for a batch now; since start, the round trips of batched reads and the reads they carried.
     public var queuedReads = 0
     public var readBatches = 0
     public var batchedReads = 0
-    public var readsRetriedAlone = 0
 
     public init() {}
 }

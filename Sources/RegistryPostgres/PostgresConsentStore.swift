@@ -34,7 +34,7 @@ struct PostgresConsentStore: ConsentStore {
     }
 
     func current(projectID: String, fid: String) async throws -> [ConsentState] {
-        try await db.batchedRead("SELECT * FROM consents WHERE project_id = \(projectID) AND fid = \(fid) ORDER BY purpose")
+        try await db.query("SELECT * FROM consents WHERE project_id = \(projectID) AND fid = \(fid) ORDER BY purpose")
             .map { row in
                 ConsentState(
                     purpose: try row.require("purpose"), granted: try row.require("granted"),

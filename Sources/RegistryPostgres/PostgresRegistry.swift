@@ -117,7 +117,6 @@ struct PostgresStoreHealth: StoreHealth {
         statistics.queuedReads = pool.queuedReads
         statistics.readBatches = pool.readBatches
         statistics.batchedReads = pool.batchedReads
-        statistics.readsRetriedAlone = pool.readsRetriedAlone
         return statistics
     }
 

@@ -97,5 +97,16 @@ public final class Pgbouncer: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
+    /// ``stop()``, waited for on a queue of its own: `waitUntilExit` blocks its thread until pgbouncer has exited,
+    /// and the test calling it runs on one of the cooperative pool's two threads.
+    public func shutdown() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue(label: "pgbouncer.stop").async {
+                self.stop()
+                continuation.resume()
+            }
+        }
+    }
+
     deinit { stop() }
 }

@@ -161,7 +161,7 @@ struct CommandDatabase {
                 conninfo: $0, size: configuration.databasePoolSize,
                 acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
                 statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
-                transactionPooled: configuration.databaseTransactionPooled)
+                readBatchMax: configuration.databaseReadBatchMax, transactionPooled: configuration.databaseTransactionPooled)
         }
         do {
             let sealed = try await PostgresRegistry.prepare(pool: pool, box: box)

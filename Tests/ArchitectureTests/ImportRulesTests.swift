@@ -61,6 +61,28 @@ struct ImportRulesTests {
         }
     }
 
+    /// docs/security.md, class 16: nothing blocks a thread of Dispatch's global queue. Its threads are as many as the
+    /// cores, and while they are blocked every `Task.sleep` of the process waits (a pool's acquire time-out, group
+    /// commit's reaper: four blocked threads held a 100 ms sleep for 2 s). Blocking calls run on a queue of their own.
+    /// Every Swift line of every module is swept: a new call site fails here, named.
+    @Test func noCodeRunsOnDispatchsGlobalQueue() throws {
+        guard let walker = FileManager.default.enumerator(at: Self.sources, includingPropertiesForKeys: nil) else {
+            Issue.record("no sources under \(Self.sources.path)")
+            return
+        }
+        var swept = 0
+        for case let url as URL in walker where url.pathExtension == "swift" {
+            swept += 1
+            for (n, line) in try String(contentsOf: url, encoding: .utf8).split(separator: "\n").enumerated() {
+                let code = line.split(separator: "//", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+                #expect(
+                    !code.contains("DispatchQueue.global") && !code.contains(".global(qos"),
+                    "\(url.lastPathComponent):\(n + 1) runs on Dispatch's global queue")
+            }
+        }
+        #expect(swept > 100)
+    }
+
     @Test func noTwoTopLevelFoldersDifferOnlyInCase() throws {
         let root = Self.sources.deletingLastPathComponent()
         let names = try FileManager.default.contentsOfDirectory(atPath: root.path)

@@ -9,8 +9,13 @@ import TokenRegistryTesting
 struct PoolerTests {
     func withBouncer(poolSize: Int, _ body: (Pgbouncer, String) async throws -> Void) async throws {
         let bouncer = try await Pgbouncer(poolSize: poolSize)
-        defer { bouncer.stop() }
-        try await TestDatabase.with { url in try await body(bouncer, bouncer.url(for: url)) }
+        do {
+            try await TestDatabase.with { url in try await body(bouncer, bouncer.url(for: url)) }
+        } catch {
+            await bouncer.shutdown()
+            throw error
+        }
+        await bouncer.shutdown()
     }
 
     /// The failure the setting exists for, forced: two clients on pgbouncer's one server connection both name their
@@ -126,6 +131,28 @@ struct PoolerTests {
             #expect(codes == Array(repeating: "57014", count: 6))
             // Six statements of 0.3 s on two server connections: about 0.9 s; six whole sleeps would take 9 s.
             #expect(ContinuousClock.now - started < .seconds(6))
+        }
+    }
+
+    /// Batched reads through the pooler: each read of a batch is a transaction of its own, with the statement timeout
+    /// set in it. One read that sleeps past the timeout fails alone (57014); the others of its round trip answer.
+    @Test func batchedReadsEachRunUnderTheStatementTimeout() async throws {
+        try await withBouncer(poolSize: 2) { _, url in
+            let connection = try await PostgresConnection.connect(
+                url, settings: .init(statementTimeoutMillis: 300, transactionPooled: true))
+            let started = ContinuousClock.now
+            let outcomes = try await connection.pipelineSeparately([
+                "SELECT 1 AS n", "SELECT pg_sleep(3) AS n", "SELECT 3 AS n",
+                "SELECT current_setting('statement_timeout') AS n",
+            ])
+            #expect(try outcomes[0].get().first?.require("n", as: Int.self) == 1)
+            if case let .failure(error) = outcomes[1] { #expect(error.sqlState == "57014") } else {
+                Issue.record("the sleep outlived the statement timeout")
+            }
+            #expect(try outcomes[2].get().first?.require("n", as: Int.self) == 3)
+            #expect(try outcomes[3].get().first?.require("n", as: String.self) == "300ms")
+            #expect(ContinuousClock.now - started < .seconds(2))
+            #expect(connection.isHealthy && !connection.isInTransaction)
         }
     }
 

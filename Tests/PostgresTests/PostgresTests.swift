@@ -216,6 +216,46 @@ struct PostgresTests {
         }
     }
 
+    /// Connecting blocks a thread for as long as the server takes to answer. Twelve connects to a server that never
+    /// answers (a listener that accepts nothing) must each wait on a thread of its own, delaying no timer: on
+    /// Dispatch's global queue (as many threads as cores) they timed out a few at a time, and a 100 ms `Task.sleep`
+    /// waited behind them for up to 2 s (docs/security.md, class 16).
+    @Test func connectsThatHangDelayNoTimer() async throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(listener >= 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(listener, pointer, length) == 0 && listen(listener, 64) == 0
+                    && getsockname(listener, pointer, &length) == 0
+            }
+        }
+        #expect(bound)
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let started = ContinuousClock.now
+        let connects = (0..<12).map { _ in
+            Task {
+                try? await PostgresConnection.connect(
+                    "host=127.0.0.1 port=\(port) dbname=x user=x connect_timeout=2 sslmode=disable")
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        for _ in 0..<3 {
+            let before = ContinuousClock.now
+            try await Task.sleep(for: .milliseconds(100))
+            let slept = ContinuousClock.now - before
+            #expect(slept < .milliseconds(900), "a 100 ms sleep took \(slept) while the connects hung")
+        }
+        for connect in connects { #expect(await connect.value == nil) }
+        // Twelve 2 s waits side by side: about 2 s; a few at a time, 6 s or more.
+        let took = ContinuousClock.now - started
+        #expect(took < .milliseconds(3500), "twelve connects timing out after 2 s took \(took)")
+    }
+
     @Test func poolWaitsAndTimesOut() async throws {
         try await withDatabase { url in
             let pool = PostgresPool(.init(conninfo: url, maxConnections: 1, acquireTimeout: .milliseconds(200)))
