@@ -83,8 +83,12 @@ public protocol ConsentStore: Sendable {
     /// the installation; withdrawing messaging consent disables its registrations in the same transaction.
     /// Returns the new state and the previous value (nil when the purpose had none); nil when the installation
     /// does not exist.
+    /// A purpose the installation does not hold yet, when it holds ``ConsentService/maxPurposes`` already, is
+    /// refused with ``ConsentService/tooManyPurposes`` and nothing is written (checked under the installation's lock).
     func record(projectID: String, fid: String, change: ConsentChange, at: Date) async throws -> (ConsentState, Bool?)?
     func current(projectID: String, fid: String) async throws -> [ConsentState]
+    /// The installation's decision for one purpose, if it made one.
+    func decision(projectID: String, fid: String, purpose: String) async throws -> ConsentState?
     func history(projectID: String, fid: String, limit: Int) async throws -> [ConsentEvent]
 }
 
@@ -100,6 +104,13 @@ public struct ConsentService: Sendable {
         self.store = store
         self.clock = clock
     }
+
+    /// At most this many purposes an installation (docs/security.md, class 17): each is a row that every consent view
+    /// reads.
+    public static let maxPurposes = 32
+
+    public static let tooManyPurposes = RegistryError(
+        .failedPrecondition, "purpose: the installation already holds \(maxPurposes) consent purposes")
 
     /// Purposes are short lower-case names: `messaging`, `analytics`, `marketing-email` …
     public static func isValidPurpose(_ purpose: String) -> Bool {
@@ -131,6 +142,7 @@ public struct ConsentService: Sendable {
 
     /// Whether messaging consent is on for the installation.
     public func messagingEnabled(installation: Installation) async throws -> Bool {
-        try await current(installation: installation).first { $0.purpose == ConsentService.messaging }?.granted ?? false
+        try await store.decision(projectID: installation.projectID, fid: installation.fid, purpose: Self.messaging)?
+            .granted ?? false
     }
 }

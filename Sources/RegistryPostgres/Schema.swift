@@ -31,6 +31,7 @@ public enum Schema {
         migration(26, "refresh_with_its_audit_entry", PackageResources.m026_refresh_with_its_audit_entry_sql),
         migration(27, "refresh_in_one_function", PackageResources.m027_refresh_in_one_function_sql),
         migration(28, "targets_from_the_primary_key", PackageResources.m028_targets_from_the_primary_key_sql),
+        migration(29, "consent_purposes_bounded", PackageResources.m029_consent_purposes_bounded_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

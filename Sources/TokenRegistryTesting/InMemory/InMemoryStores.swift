@@ -211,6 +211,9 @@ extension InMemoryStores: ConsentStore {
         let key = Key(projectID: projectID, fid: fid)
         guard installations[key] != nil else { return nil }
         let previous = consents[key]?[change.purpose]?.granted
+        if consents[key]?[change.purpose] == nil, (consents[key]?.count ?? 0) >= ConsentService.maxPurposes {
+            throw ConsentService.tooManyPurposes
+        }
         let state = ConsentState(
             purpose: change.purpose, granted: change.granted, policyVersion: change.policyVersion,
             source: change.source, actor: change.actor, updatedAt: at)
@@ -231,6 +234,10 @@ extension InMemoryStores: ConsentStore {
 
     public func current(projectID: String, fid: String) async throws -> [ConsentState] {
         (consents[Key(projectID: projectID, fid: fid)] ?? [:]).values.sorted { $0.purpose < $1.purpose }
+    }
+
+    public func decision(projectID: String, fid: String, purpose: String) async throws -> ConsentState? {
+        consents[Key(projectID: projectID, fid: fid)]?[purpose]
     }
 
     public func history(projectID: String, fid: String, limit: Int) async throws -> [ConsentEvent] {
