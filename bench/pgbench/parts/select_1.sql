@@ -1,0 +1,2 @@
+-- One transaction that does nothing: the floor of any transaction (protocol, snapshot, commit).
+SELECT 1;
