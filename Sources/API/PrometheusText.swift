@@ -48,6 +48,8 @@ enum PrometheusText {
             "# TYPE db_read_batches_total counter", "db_read_batches_total \(s.readBatches)",
             "# HELP db_read_batch_reads_total Point reads answered in batches (÷ batches: the mean batch).",
             "# TYPE db_read_batch_reads_total counter", "db_read_batch_reads_total \(s.batchedReads)",
+            "# HELP db_read_batch_ran_alone_total Reads that waited too long for a batch (one held up) and ran alone.",
+            "# TYPE db_read_batch_ran_alone_total counter", "db_read_batch_ran_alone_total \(s.readsRunAlone)",
         ]
     }
 

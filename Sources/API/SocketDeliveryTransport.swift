@@ -5,12 +5,11 @@ import Glibc
 import Registry
 import Synchronization
 
-/// The system's resolver (`getaddrinfo`), on a Dispatch thread: at most ``maxInFlight`` look-ups at once in the
-/// process. `getaddrinfo` blocks its thread for as long as the name's servers take, and the threads are Dispatch's
-/// shared pool (new database connections are opened on it too): a caller adding linked services whose names
-/// answer slowly could otherwise hold every one of them. Beyond the bound a look-up fails at once, as one that
-/// timed out would: adding a service then goes on without the early check (each delivery checks the address it
-/// connects to), and a delivery is retried later.
+/// The system's resolver (`getaddrinfo`), each look-up on a queue (a thread) of its own: at most ``maxInFlight``
+/// look-ups at once in the process. `getaddrinfo` blocks its thread for as long as the name's servers take: a caller
+/// adding linked services whose names answer slowly could otherwise start a thread a name. Beyond the bound a
+/// look-up fails at once, as one that timed out would: adding a service then goes on without the early check (each
+/// delivery checks the address it connects to), and a delivery is retried later.
 public struct SystemResolver: HostResolver {
     public static let maxInFlight = 8
     static let inFlight = Atomic<Int>(0)

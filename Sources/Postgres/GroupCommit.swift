@@ -18,8 +18,9 @@ import Synchronization
 /// alone, it fails the one it was lost on and those after it, not those already answered.
 ///
 /// A queued write waits at most ``queueTimeout`` (the pool's acquire time-out) for its batch to start; then it is
-/// taken out of the queue, never to run, and fails as an acquire does. One reaper task sleeps until the earliest
-/// deadline, as the pool's does.
+/// taken out of the queue, never to run, and fails as an acquire does. A queued read waits at most its own
+/// ``queueTimeout`` (``PostgresPool/Configuration/readQueueLimit``), then runs alone (``Expiry``). One reaper task sleeps until the
+/// earliest deadline, as the pool's does.
 final class GroupCommitter: Sendable {
     struct Waiting: Sendable {
         let query: PostgresQuery
@@ -32,6 +33,17 @@ final class GroupCommitter: Sendable {
         case done(Result<PostgresRows, PostgresError>)
         /// Lead a batch: the caller's own statement with these.
         case lead([Waiting])
+        /// Run the statement alone, on a connection of its own: it waited ``queueTimeout`` (reads, ``Expiry/runAlone``).
+        case alone
+    }
+
+    /// What becomes of a statement that waited ``queueTimeout`` in the queue.
+    enum Expiry: Sendable {
+        /// It fails, never to run, as an acquire that timed out (writes: the time-out is the pool's acquire time-out).
+        case fail
+        /// It leaves the queue and runs alone (reads: batches held up by a lock, say, hold up no read beyond the
+        /// time-out; a read then costs a connection of its own, as it did unbatched).
+        case runAlone
     }
 
     private struct Lane {
@@ -63,9 +75,15 @@ final class GroupCommitter: Sendable {
     /// Each statement a transaction of its own (reads): sent together, answered apart, none run again
     /// (``PostgresConnection/pipelineSeparately(_:)``).
     let separately: Bool
+    let expiry: Expiry
+    /// Statements that left the queue at ``queueTimeout`` to run alone (``Expiry/runAlone``).
+    let ranAlone = Atomic<Int>(0)
 
-    init(maxBatch: Int, batchesPerLane: Int, queueTimeout: Duration, separately: Bool = false) {
+    init(
+        maxBatch: Int, batchesPerLane: Int, queueTimeout: Duration, separately: Bool = false, expiry: Expiry = .fail
+    ) {
         self.separately = separately
+        self.expiry = expiry
         self.maxBatch = max(1, maxBatch)
         self.batchesPerLane = max(1, batchesPerLane)
         self.queueTimeout = queueTimeout
@@ -92,6 +110,8 @@ final class GroupCommitter: Sendable {
             return try outcome.get()
         case let .lead(others):
             return try await lead(query, key: key, with: others, lane: lane, pool: pool).get()
+        case .alone:
+            return try await pool.query(query)
         }
     }
 
@@ -193,7 +213,12 @@ final class GroupCommitter: Sendable {
                 return (expired, next)
             }
             for waiting in expired {
-                waiting.continuation.resume(returning: .done(.failure(GroupCommitter.timeoutError)))
+                switch expiry {
+                case .fail: waiting.continuation.resume(returning: .done(.failure(GroupCommitter.timeoutError)))
+                case .runAlone:
+                    ranAlone.add(1, ordering: .relaxed)
+                    waiting.continuation.resume(returning: .alone)
+                }
             }
             guard let next else { return }
             try? await Task.sleep(until: next, clock: .continuous)

@@ -13,14 +13,18 @@ extension PostgresConnection {
         case sync
     }
 
+    /// `invalid_sql_statement_name`: an execution by a name no Parse made.
+    static let undefinedStatement = "26000"
+
     /// The outcome of a statement that did not run because an earlier one in its pipeline failed.
     static let notRun = PostgresError(
         .server, sqlState: "25P02", message: "not run: an earlier statement of the same pipeline failed")
 
     /// Sends `queries` in pipeline mode and reads their outcomes. Together (the default), one `Sync` ends them:
-    /// they are one implicit transaction. `separately`, each is followed by its own `Sync` (and preceded by the
-    /// transaction prelude, through a pooler): each is a transaction of its own, whose failure touches no other,
-    /// and each lets go of its locks when it ends. Either way they go out in one write and come back in one read.
+    /// they are one implicit transaction, sent in one write. `separately`, each is followed by its own `Sync` (and
+    /// preceded by the transaction prelude, through a pooler): each is a transaction of its own, whose failure touches
+    /// no other, and each lets go of its locks when it ends; libpq 15 flushes at each `Sync`, so they go out one send
+    /// each, back to back, with no round trip between them.
     func runPipeline(_ queries: [PostgresQuery], separately: Bool = false, prelude: PostgresQuery? = nil) async throws
         -> [Result<PostgresRows, PostgresError>]
     {
@@ -47,6 +51,9 @@ extension PostgresConnection {
         var outcomes = [Result<PostgresRows, PostgresError>](repeating: .failure(Self.notRun), count: queries.count)
         // An error before a statement's execution (its Parse, its prelude) is what that statement answers.
         var failedBefore: PostgresError?
+        // Parses that failed, by SQL: separately, a later statement of the same SQL runs in a transaction of its own
+        // by the name that Parse never made, and answers that Parse's error, not "prepared statement does not exist".
+        var failedParses: [String: PostgresError] = [:]
         for step in steps {
             if case .sync = step {
                 guard let sync = try await nextResult() else { throw lost() }
@@ -77,10 +84,16 @@ extension PostgresConnection {
                 if case let .failure(error) = outcome {
                     prepared[sql] = nil
                     failedBefore = error
+                    failedParses[sql] = error
                 }
             case .prelude:
                 if case let .failure(error) = outcome { failedBefore = error }
             case let .execute(index):
+                if case let .failure(error) = outcome, error.sqlState == Self.undefinedStatement,
+                    let parse = failedParses[queries[index].sql]
+                {
+                    outcome = .failure(parse)
+                }
                 outcomes[index] = outcome ?? .failure(Self.notRun)
                 failedBefore = nil
             case .sync: break

@@ -208,6 +208,12 @@ public actor PostgresConnection {
         }
         await takeTurn()
         defer { giveTurn() }
+        return try await pipelineInTurn(queries)
+    }
+
+    /// ``pipeline(_:)`` once the caller has its turn: `BEGIN` if one is pending, the pooler's prelude at the start of
+    /// a transaction, then the statements.
+    private func pipelineInTurn(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
         var head: [PostgresQuery] = []
         if beginPending {
             beginPending = false
@@ -220,9 +226,11 @@ public actor PostgresConnection {
         return Array(outcomes.dropFirst(head.count))
     }
 
-    /// Sends `queries` in one round trip, each a transaction of its own (a `Sync` after each): a statement that fails
-    /// fails alone, and the others run and answer as if sent one by one. Inside a transaction (after `BEGIN`) they
-    /// run together in it instead, as ``pipeline(_:)`` runs them. A parameter holding NUL fails its own statement only.
+    /// Sends `queries` back to back on the connection, each a transaction of its own (a `Sync` after each), and reads
+    /// their answers as they come: a statement that fails fails alone, and the others run and answer as if sent one
+    /// by one. Inside a transaction (after `BEGIN`) they run together in it instead, as ``pipeline(_:)`` runs them. A
+    /// parameter holding NUL fails its own statement only. (libpq 15 flushes at each `Sync`: one send a statement, but
+    /// no round trip between them.)
     public func pipelineSeparately(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
         var outcomes = [Result<PostgresRows, PostgresError>](repeating: .failure(Self.notRun), count: queries.count)
         var sendable: [Int] = []
@@ -236,15 +244,11 @@ public actor PostgresConnection {
         guard !sendable.isEmpty else { return outcomes }
         let statements = sendable.map { queries[$0] }
         await takeTurn()
-        let inTransaction = beginPending || PQtransactionStatus(connection) != PQTRANS_IDLE
-        let results: [Result<PostgresRows, PostgresError>]
-        if inTransaction {
-            giveTurn()
-            results = try await pipeline(statements)
-        } else {
-            defer { giveTurn() }
-            results = try await runPipeline(statements, separately: true, prelude: prelude)
-        }
+        defer { giveTurn() }
+        let results =
+            beginPending || PQtransactionStatus(connection) != PQTRANS_IDLE
+            ? try await pipelineInTurn(statements)
+            : try await runPipeline(statements, separately: true, prelude: prelude)
         for (index, result) in zip(sendable, results) { outcomes[index] = result }
         return outcomes
     }

@@ -72,6 +72,8 @@ public struct StoreStatistics: Sendable, Equatable {
     public var queuedReads = 0
     public var readBatches = 0
     public var batchedReads = 0
+    /// Reads that waited too long for a batch and ran alone (a batch held up, by a lock say).
+    public var readsRunAlone = 0
 
     public init() {}
 }

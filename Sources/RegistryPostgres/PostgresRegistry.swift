@@ -117,6 +117,7 @@ struct PostgresStoreHealth: StoreHealth {
         statistics.queuedReads = pool.queuedReads
         statistics.readBatches = pool.readBatches
         statistics.batchedReads = pool.batchedReads
+        statistics.readsRunAlone = pool.readsRunAlone
         return statistics
     }
 

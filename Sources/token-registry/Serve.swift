@@ -24,9 +24,11 @@ enum Serve {
         // Signals are caught from the start: one that arrives while the cluster starts or migrations run is acted
         // on as soon as the service is up (it drains at once and stops a cluster it started), never lost.
         let (signals, continuation) = AsyncStream.makeStream(of: Int32.self)
+        // On a queue of their own, not the global one, whose threads blocked calls may hold (docs/security.md, class 16).
+        let signalQueue = DispatchQueue(label: "signals")
         let sources = [SIGTERM, SIGINT].map { number in
             signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            let source = DispatchSource.makeSignalSource(signal: number, queue: signalQueue)
             source.setEventHandler { continuation.yield(number) }
             source.resume()
             return source

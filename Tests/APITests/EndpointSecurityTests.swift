@@ -42,7 +42,9 @@ final class RawTCPServer: @unchecked Sendable {
                 let client = accept(listener, nil, nil)
                 guard client >= 0 else { return }
                 self?.lock.withLock { self?.connections += 1 }
-                DispatchQueue.global().async {
+                // A thread of its own: a silent server's five seconds on Dispatch's global queue would hold up every
+                // Task.sleep of the test process (docs/security.md, class 16).
+                Thread.detachNewThread {
                     var buffer = [UInt8](repeating: 0, count: 4096)
                     _ = recv(client, &buffer, buffer.count, 0)
                     if let reply {

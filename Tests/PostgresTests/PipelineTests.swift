@@ -39,12 +39,15 @@ struct PipelineTests {
             try await connection.execute("CREATE TABLE p (v int)")
             let outcomes = try await connection.pipelineSeparately([
                 "INSERT INTO p VALUES (1)", "SELECT 1 / \(0) AS x", "INSERT INTO p VALUES (2)",
-                "SELECT \("a\u{0}b") AS t", "SELEC broken", "INSERT INTO p VALUES (3)",
+                "SELECT \("a\u{0}b") AS t", "SELEC broken", "INSERT INTO p VALUES (3)", "SELEC broken",
             ])
-            #expect(outcomes.count == 6)
+            #expect(outcomes.count == 7)
             #expect(outcomes[1].error?.sqlState == "22012")
             #expect(outcomes[3].error?.code == PostgresError.nulInParameter.code)
+            // The second copy of the broken statement runs by the name its first Parse never made: it answers that
+            // Parse's error, not "prepared statement does not exist".
             #expect(outcomes[4].error?.sqlState == "42601")
+            #expect(outcomes[6].error?.sqlState == "42601")
             for i in [0, 2, 5] { #expect(outcomes[i].error == nil, "statement \(i)") }
             #expect(!connection.isInTransaction && connection.isHealthy)
             let stored = try await connection.query("SELECT array_agg(v ORDER BY v)::text AS vs FROM p").first?
@@ -280,7 +283,9 @@ struct PipelineTests {
     /// (division by zero) fails alone while the others of its batch answer, none run twice.
     @Test func queuedReadsShareARoundTripAndABadOneFailsAlone() async throws {
         try await withDatabase { url in
-            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4))
+            var configuration = PostgresPool.Configuration(conninfo: url, maxConnections: 4)
+            configuration.readQueueLimit = .seconds(30)
+            let pool = PostgresPool(configuration)
             defer { pool.close() }
             try await pool.query("CREATE TABLE r (k int PRIMARY KEY, v text)")
             try await pool.query("INSERT INTO r SELECT n, 'v' || n FROM generate_series(0, 29) AS n")
@@ -355,12 +360,40 @@ struct PipelineTests {
             }
             let started = ContinuousClock.now
             let read = try await pool.batchedRead("SELECT k FROM g WHERE k = 'seen'")
-            #expect(ContinuousClock.now - started < .seconds(1))
+            // On the writes' batcher it would wait for the 5 s acquire time-out and fail.
+            #expect(ContinuousClock.now - started < .seconds(3))
             #expect(try read.first?.require("k", as: String.self) == "seen")
             #expect(pool.statistics.queuedWrites == 3)
             try await second.execute("COMMIT")
             for write in writes { await write.value }
             #expect(try await pool.query("SELECT count(*) AS n FROM g").first?.require("n", as: Int.self) == 6)
+        }
+    }
+
+    /// Forced interleaving: another session holds one table ACCESS EXCLUSIVE, and two reads of it take the lane's two
+    /// batch slots, blocked. A read of another table queued behind them leaves the queue at the read queue limit and
+    /// runs alone, answering while the lock is still held (it waited for the lock to go before).
+    @Test func aReadQueuedBehindBlockedBatchesRunsAlone() async throws {
+        try await withDatabase { url in
+            var configuration = PostgresPool.Configuration(conninfo: url, maxConnections: 4)
+            configuration.readQueueLimit = .milliseconds(100)
+            let pool = PostgresPool(configuration)
+            defer { pool.close() }
+            try await pool.query("CREATE TABLE locked (k int PRIMARY KEY)")
+            try await pool.query("CREATE TABLE free (k int PRIMARY KEY)")
+            try await pool.query("INSERT INTO free VALUES (1)")
+            let second = try await SecondSession(conninfo: url)
+            try await second.execute("BEGIN; LOCK TABLE locked IN ACCESS EXCLUSIVE MODE")
+            let blocked = (0..<2).map { n in Task { try? await pool.batchedRead("SELECT k FROM locked WHERE k = \(n)") } }
+            try await second.waitUntilBlocked(2)
+            let started = ContinuousClock.now
+            let read = try await pool.batchedRead("SELECT k FROM free WHERE k = 1")
+            let took = ContinuousClock.now - started
+            #expect(try read.first?.require("k", as: Int.self) == 1)
+            #expect(took < .seconds(2), "the read waited \(took) behind the blocked batches")
+            #expect(pool.statistics.readsRunAlone == 1)
+            try await second.execute("COMMIT")
+            for task in blocked { _ = await task.value }
         }
     }
 }
