@@ -89,7 +89,8 @@ public protocol ConsentStore: Sendable {
     func current(projectID: String, fid: String) async throws -> [ConsentState]
     /// The installation's decision for one purpose, if it made one.
     func decision(projectID: String, fid: String, purpose: String) async throws -> ConsentState?
-    func history(projectID: String, fid: String, limit: Int) async throws -> [ConsentEvent]
+    /// The ledger's entries after `sequence` (0: from the start), oldest first, at most `limit`.
+    func history(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws -> [ConsentEvent]
 }
 
 /// The consent rules: every decision is kept, with who, when, how and under which policy.
@@ -136,8 +137,12 @@ public struct ConsentService: Sendable {
         try await store.current(projectID: installation.projectID, fid: installation.fid)
     }
 
-    public func history(installation: Installation, limit: Int = 1000) async throws -> [ConsentEvent] {
-        try await store.history(projectID: installation.projectID, fid: installation.fid, limit: limit)
+    /// A page of the installation's ledger: the entries after `sequence` (0: from the start), oldest first.
+    public func history(installation: Installation, after sequence: Int64 = 0, limit: Int = 1000) async throws
+        -> [ConsentEvent]
+    {
+        try await store.history(
+            projectID: installation.projectID, fid: installation.fid, after: sequence, limit: limit)
     }
 
     /// Whether messaging consent is on for the installation.

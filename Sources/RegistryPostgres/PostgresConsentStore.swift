@@ -52,10 +52,11 @@ struct PostgresConsentStore: ConsentStore {
             actor: try row.require("actor", as: ConsentActor.self), updatedAt: try row.require("updated_at"))
     }
 
-    func history(projectID: String, fid: String, limit: Int) async throws -> [ConsentEvent] {
+    func history(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws -> [ConsentEvent] {
         try await db.query(
             """
-            SELECT * FROM consent_events WHERE project_id = \(projectID) AND fid = \(fid) ORDER BY seq LIMIT \(limit)
+            SELECT * FROM consent_events WHERE project_id = \(projectID) AND fid = \(fid) AND seq > \(sequence)
+            ORDER BY seq LIMIT \(limit)
             """
         ).map { row in
             ConsentEvent(

@@ -249,21 +249,30 @@ struct PostgresUserStore: UserStore, SubjectStore {
         }
     }
 
-    func events(projectID: String, fid: String) async throws -> [FeedEvent] {
-        // Relayed events carry their feed number; those still in the outbox have none yet (0).
+    func events(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws -> [FeedEvent] {
         try await db.query(
             """
-            SELECT seq, type, fid, data, created_at FROM events WHERE project_id = \(projectID) AND fid = \(fid)
-            UNION ALL
-            SELECT 0, type, fid, data, created_at FROM event_outbox WHERE project_id = \(projectID) AND fid = \(fid)
-            ORDER BY created_at, seq
+            SELECT seq, type, fid, data, created_at FROM events
+            WHERE project_id = \(projectID) AND fid = \(fid) AND seq > \(sequence) ORDER BY seq LIMIT \(limit)
             """
-        ).map { row in
-            FeedEvent(
-                sequence: try row.require("seq"), type: try row.require("type", as: EventType.self),
-                fid: try row.require("fid"),
-                data: try row.decode("data", as: String.self).flatMap { try? JSONParser.parse(Array($0.utf8)) },
-                time: try row.require("created_at"))
-        }
+        ).map(Self.event)
+    }
+
+    func pendingEvents(projectID: String, fid: String, limit: Int) async throws -> [FeedEvent] {
+        // Not yet relayed: no feed number yet (0).
+        try await db.query(
+            """
+            SELECT 0 AS seq, type, fid, data, created_at FROM event_outbox WHERE project_id = \(projectID) AND fid = \(fid)
+            ORDER BY id LIMIT \(limit)
+            """
+        ).map(Self.event)
+    }
+
+    static func event(_ row: PostgresRow) throws -> FeedEvent {
+        FeedEvent(
+            sequence: try row.require("seq"), type: try row.require("type", as: EventType.self),
+            fid: try row.require("fid"),
+            data: try row.decode("data", as: String.self).flatMap { try? JSONParser.parse(Array($0.utf8)) },
+            time: try row.require("created_at"))
     }
 }

@@ -32,6 +32,7 @@ public enum Schema {
         migration(27, "refresh_in_one_function", PackageResources.m027_refresh_in_one_function_sql),
         migration(28, "targets_from_the_primary_key", PackageResources.m028_targets_from_the_primary_key_sql),
         migration(29, "consent_purposes_bounded", PackageResources.m029_consent_purposes_bounded_sql),
+        migration(30, "events_by_installation_in_order", PackageResources.m030_events_by_installation_in_order_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

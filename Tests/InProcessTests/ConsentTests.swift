@@ -29,6 +29,42 @@ struct ConsentTests {
         }
     }
 
+    /// A subject export writes the ledger a page at a time: every one of 2,100 statements is in the document, in
+    /// order, and the document is one JSON value.
+    @Test func anExportHoldsAWholeLedgerWrittenInPages() async throws {
+        try await InProcessService.with { s in
+            let i = try await s.createInstallation()
+            let path = "/v1/projects/\(s.project.id)/installations/\(i.fid)"
+            let auth = ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"]
+            for n in 0..<2100 {
+                let r = try await s.request(
+                    "PUT", path + "/consent", headers: auth, json: ["autoInitEnabled": .bool(n.isMultiple(of: 2))])
+                #expect(r.status == 200)
+            }
+            let export = try await s.request("GET", path + ":export", headers: s.serverHeaders)
+            #expect(export.status == 200)
+            let item = try #require(export.json?["installations"]?.arrayValue?.first)
+            let ledger = try #require(item["consentLedger"]?.arrayValue)
+            #expect(ledger.count == 2101)
+            #expect(ledger.dropFirst().map { $0["granted"]?.boolValue } == (0..<2100).map { $0.isMultiple(of: 2) })
+            #expect(item["events"]?.arrayValue?.isEmpty == false)
+            #expect(item["consents"]?.arrayValue?.count == 1 && item["fid"]?.stringValue == i.fid)
+            // The ledger view pages it: 1,000, 1,000, 101, each after the last.
+            var seen: [JSONValue] = []
+            var token: String?
+            repeat {
+                let page = try #require(
+                    try await s.request(
+                        "GET", path + "/consent?view=history" + (token.map { "&pageToken=\($0)" } ?? ""), headers: auth
+                    ).json)
+                seen += page["history"]?.arrayValue ?? []
+                token = page["nextPageToken"]?.stringValue
+            } while token != nil && seen.count < 5000
+            #expect(seen.count == 2101)
+            #expect(seen.map { $0["sequence"]?.int64Value.map(String.init) } == ledger.map { $0["sequence"]?.stringValue })
+        }
+    }
+
     @Test func consentFirstAppsStartOptedOut() async throws {
         try await InProcessService.with { s in
             let i = try await s.createInstallation(app: s.consentFirst)

@@ -146,6 +146,40 @@ struct PeopleTests {
         }
     }
 
+    /// The ledger and the events grow with what the installation does: an export reads them a page at a time, each
+    /// page after the last one's sequence, every entry once and in order (2,100 statements: three pages).
+    @Test(arguments: StoreKind.available)
+    func anExportReadsTheLedgerAndTheEventsAPageAtATime(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let phone = try await f.installation()
+            let statements = 2 * ExportService.pageSize + 100
+            for n in 0..<statements { try await f.consent(phone, n.isMultiple(of: 3)) }
+            _ = try await f.services.jobs.relayEvents()
+            let export = try #require(try await f.services.exports.installation(project: f.project, fid: phone.fid))
+            var ledger: [ConsentEvent] = []
+            var pages = 0
+            while true {
+                let page = try await f.services.exports.ledger(of: export, after: ledger.last?.sequence ?? 0)
+                #expect(page.count <= ExportService.pageSize)
+                if page.isEmpty { break }
+                pages += 1
+                ledger += page
+            }
+            // The app's default, then each statement.
+            #expect(ledger.count == statements + 1 && pages == 3)
+            #expect(ledger.map(\.sequence) == ledger.map(\.sequence).sorted())
+            #expect(ledger.dropFirst().map(\.granted) == (0..<statements).map { $0.isMultiple(of: 3) })
+            var events: [FeedEvent] = []
+            while true {
+                let page = try await f.services.exports.events(of: export, after: events.last?.sequence ?? 0)
+                events += page
+                if page.count < ExportService.pageSize { break }
+            }
+            #expect(events.count(where: { $0.type == .consentChanged }) == statements)
+            #expect(Set(events.map(\.sequence)).count == events.count)
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func anExportHoldsEachKindOfData(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
@@ -160,10 +194,13 @@ struct PeopleTests {
             let item = try #require(export.installations.first)
             #expect(item.installation?.fid == phone.fid && item.binding?.userID == "frank")
             #expect(item.registration != nil && item.senderTokens.count == 1)
-            #expect(item.ledger.map(\.granted) == [true, false, true])
+            #expect(try await f.services.exports.ledger(of: item, after: 0).map(\.granted) == [true, false, true])
             #expect(item.topics.map(\.topic) == ["news"])
             #expect(item.history.map(\.action) == [.bound])
-            #expect(item.events.contains { $0.type == .installationCreated })
+            let events =
+                try await f.services.exports.events(of: item, after: 0)
+                + f.services.exports.pendingEvents(of: item)
+            #expect(events.contains { $0.type == .installationCreated })
             #expect(export.history.count == 1 && export.erasures.isEmpty)
             // A deleted installation's export is its receipt.
             #expect(try await f.delete(phone, reason: .server))

@@ -22,11 +22,11 @@ struct PerInstallationBoundTests {
         "checkins": "CheckinService.maxEnrolledPerInstallation (\(CheckinService.maxEnrolledPerInstallation))",
         // Not a count: rows that leave by a rule of their own.
         "event_outbox": "moved to `events` by the relay within a second; one row a write",
-        "events": "the change feed's retention (FEED_RETENTION_DAYS)",
+        "events": "the change feed's retention (FEED_RETENTION_DAYS); read by installation a page at a time",
         "user_binding_history": "one entry a bind or unbind, made by the project's server only",
         // The one left unbounded, and said so in docs/security.md's known limits: the consent ledger keeps every
-        // statement, one entry a request the installation makes.
-        "consent_events": "one entry a consent statement: a ledger, not bounded (docs/security.md, Known limits)",
+        // statement, one entry a request the installation makes. Every read of it is paged.
+        "consent_events": "one entry a consent statement: a ledger, not bounded, read a page at a time",
     ]
 
     @Test(.enabled(if: TestDatabase.isAvailable))

@@ -67,8 +67,24 @@ struct ConsentController {
             let states = try await consent.current(installation: installation)
             return .json(["fid": .string(installation.fid), "consents": .array(states.map(ConsentController.json))])
         case "history":
-            let events = try await consent.history(installation: installation)
-            return .json(["fid": .string(installation.fid), "history": .array(events.map(ConsentController.json))])
+            // Keyset-paged by the ledger's sequence: a ledger grows with every statement, without a bound.
+            let size = try Paging.pageSize(context, default: 1000, max: 1000)
+            var after: Int64 = 0
+            if let token = try Paging.decode(context.request.query("pageToken", "page_token")) {
+                guard let sequence = Int64(token), sequence >= 0 else {
+                    throw APIError.invalid("pageToken: not a page token of this ledger")
+                }
+                after = sequence
+            }
+            let events = try await consent.history(installation: installation, after: after, limit: size + 1)
+            var members: [(String, JSONValue)] = [
+                ("fid", .string(installation.fid)),
+                ("history", .array(events.prefix(size).map(ConsentController.json))),
+            ]
+            if events.count > size, let last = events.prefix(size).last {
+                members.append(("nextPageToken", .string(Paging.encode(String(last.sequence)))))
+            }
+            return .json(.object(members))
         case let other?:
             throw APIError.invalid("view: must be current or history, not \(other.prefix(32))")
         }

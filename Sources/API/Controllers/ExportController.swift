@@ -45,9 +45,12 @@ struct ExportController {
         return document(
             project: project, subject: ["type": "user", "userId": .string(userID)],
             installations: { write in
+                var first = true
                 for fid in outline.fids {
                     if let export = try await exports.installation(project: project, fid: fid) {
-                        try await write(Self.json(export, onlyUser: userID))
+                        if !first { try await write(Array(",".utf8)) }
+                        first = false
+                        try await Self.write(export, onlyUser: userID, exports: exports, to: write)
                     }
                 }
             },
@@ -62,15 +65,18 @@ struct ExportController {
         guard let export = try await exports.installation(project: caller.project, fid: fid) else {
             throw APIError.notFound("installation \(fid.prefix(64)) not found")
         }
+        let exports = exports
         return document(
             project: caller.project, subject: ["type": "installation", "fid": .string(fid)],
-            installations: { write in try await write(Self.json(export, onlyUser: nil)) }, after: [])
+            installations: { write in try await Self.write(export, onlyUser: nil, exports: exports, to: write) },
+            after: [])
     }
 
-    /// The document, streamed: its head members, `installations` as `items` writes them, then `after`.
+    /// The document, streamed: its head members, `installations` as `items` writes them (the bytes of the array's
+    /// elements and the commas between them), then `after`.
     private func document(
         project: Project, subject: JSONValue,
-        installations items: @escaping @Sendable (_ write: (JSONValue) async throws -> Void) async throws -> Void,
+        installations items: @escaping @Sendable (_ write: ([UInt8]) async throws -> Void) async throws -> Void,
         after: [(String, JSONValue)]
     ) -> HTTPResponse {
         let head: [(String, JSONValue)] = [
@@ -89,14 +95,51 @@ struct ExportController {
         var response = HTTPResponse(status: 200, headers: ["content-type": "application/json; charset=utf-8"])
         response.stream = ResponseBody { writer in
             try await writer.write(opening)
-            var first = true
-            try await items { item in
-                try await writer.write((first ? [] : Array(",".utf8)) + item.encoded())
-                first = false
-            }
+            try await items { bytes in try await writer.write(bytes) }
             try await writer.write(closing)
         }
         return response
+    }
+
+    /// One installation's object, written as it is read: what is bounded (``json(_:onlyUser:)``) at once, then its
+    /// consent ledger and its change-feed events a page at a time (``ExportService/pageSize``), which grow with what
+    /// the installation does: an installation that re-sent its consent a million times is a million entries, never
+    /// held at once.
+    static func write(
+        _ export: InstallationExport, onlyUser: String?, exports: ExportService,
+        to write: ([UInt8]) async throws -> Void
+    ) async throws {
+        var head = json(export, onlyUser: onlyUser).encoded()
+        head.removeLast()  // its closing brace: the paged members follow
+        try await write(head + Array(#","consentLedger":["#.utf8))
+        var cursor: Int64 = 0
+        var separator: [UInt8] = []
+        while true {
+            let page = try await exports.ledger(of: export, after: cursor)
+            guard let last = page.last else { break }
+            try await write(separator + Array(page.map { json($0).encoded() }.joined(separator: Array(",".utf8))))
+            separator = Array(",".utf8)
+            cursor = last.sequence
+            if page.count < ExportService.pageSize { break }
+        }
+        try await write(Array(#"],"events":["#.utf8))
+        separator = []
+        cursor = 0
+        func events(_ page: [FeedEvent]) async throws {
+            guard !page.isEmpty else { return }
+            try await write(
+                separator
+                    + Array(page.map { json($0, onlyUser: onlyUser).encoded() }.joined(separator: Array(",".utf8))))
+            separator = Array(",".utf8)
+        }
+        while true {
+            let page = try await exports.events(of: export, after: cursor)
+            try await events(page)
+            guard let last = page.last, page.count == ExportService.pageSize else { break }
+            cursor = last.sequence
+        }
+        try await events(try await exports.pendingEvents(of: export))
+        try await write(Array("]}".utf8))
     }
 
     // MARK: - Masking
@@ -123,6 +166,7 @@ struct ExportController {
 
     // MARK: - The document's parts
 
+    /// The installation's object without its consent ledger and events (``write(_:onlyUser:exports:to:)`` adds them).
     static func json(_ e: InstallationExport, onlyUser: String?) -> JSONValue {
         var members: [(String, JSONValue)] = [("fid", .string(e.fid)), ("deleted", .bool(e.installation == nil))]
         if let i = e.installation {
@@ -155,28 +199,28 @@ struct ExportController {
                 "updateTime": .string(Timestamp.rfc3339(c.updatedAt)),
             ]
         }
-        let ledger: [JSONValue] = e.ledger.map { c in
-            [
-                "sequence": .string(String(c.sequence)), "purpose": .string(c.purpose), "granted": .bool(c.granted),
-                "previous": c.previous.map { .bool($0) } ?? .null, "actor": .string(c.actor.rawValue),
-                "source": c.source.map { .string($0) } ?? .null,
-                "policyVersion": c.policyVersion.map { .string($0) } ?? .null,
-                "recordTime": .string(Timestamp.rfc3339(c.recordedAt)),
-            ]
-        }
         let topics: [JSONValue] = e.topics.map {
             ["topic": .string($0.topic), "createTime": .string(Timestamp.rfc3339($0.createdAt))]
         }
         let history: [JSONValue] = e.history.map { event in
             json(onlyUser.map { only($0, event) } ?? event)
         }
-        let events: [JSONValue] = e.events.map { json($0, onlyUser: onlyUser) }
         members += [
-            ("registrations", .array(registrations)), ("consents", .array(consents)),
-            ("consentLedger", .array(ledger)), ("topics", .array(topics)), ("userHistory", .array(history)),
-            ("events", .array(events)), ("deletion", e.deletion.map(DeletionsController.json) ?? .null),
+            ("registrations", .array(registrations)), ("consents", .array(consents)), ("topics", .array(topics)),
+            ("userHistory", .array(history)), ("deletion", e.deletion.map(DeletionsController.json) ?? .null),
         ]
         return .object(members)
+    }
+
+    /// A consent ledger entry.
+    static func json(_ c: ConsentEvent) -> JSONValue {
+        [
+            "sequence": .string(String(c.sequence)), "purpose": .string(c.purpose), "granted": .bool(c.granted),
+            "previous": c.previous.map { .bool($0) } ?? .null, "actor": .string(c.actor.rawValue),
+            "source": c.source.map { .string($0) } ?? .null,
+            "policyVersion": c.policyVersion.map { .string($0) } ?? .null,
+            "recordTime": .string(Timestamp.rfc3339(c.recordedAt)),
+        ]
     }
 
     static func json(_ r: Registration) -> JSONValue {

@@ -20,12 +20,16 @@ public struct SenderTokenRecord: Sendable, Equatable {
 /// What a data-subject export reads besides the other services' own reads.
 public protocol SubjectStore: Sendable {
     func senderTokens(projectID: String, fid: String) async throws -> [SenderTokenRecord]
-    /// The change-feed events about the installation still retained (relayed or not yet), oldest first.
-    func events(projectID: String, fid: String) async throws -> [FeedEvent]
+    /// The change-feed events about the installation still retained and relayed, after `sequence` (0: from the
+    /// start), in feed order, at most `limit`.
+    func events(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws -> [FeedEvent]
+    /// Its events not yet relayed (sequence 0), oldest first, at most `limit`.
+    func pendingEvents(projectID: String, fid: String, limit: Int) async throws -> [FeedEvent]
 }
 
 /// Everything held about one installation.
 public struct InstallationExport: Sendable {
+    public let projectID: String
     public let fid: String
     /// Nil once deleted: then only its deletion receipt is held.
     public let installation: Installation?
@@ -33,11 +37,12 @@ public struct InstallationExport: Sendable {
     public let registration: Registration?
     public let senderTokens: [SenderTokenRecord]
     public let consents: [ConsentState]
-    public let ledger: [ConsentEvent]
     public let topics: [TopicSubscription]
     public let history: [BindingEvent]
-    public let events: [FeedEvent]
     public let deletion: DeletionReceipt?
+    // The consent ledger and the change-feed events grow with what the installation does, without a bound: they are
+    // not held here but read a page at a time as the export is written (``ExportService/ledger(of:after:)``,
+    // ``ExportService/events(of:after:)``).
 }
 
 /// Everything held about one person: each installation bound to the user, the binding history naming the user, and
@@ -84,19 +89,38 @@ public struct ExportService: Sendable {
         guard let installation = try await installations.find(project: project, fid: fid) else {
             guard let receipt = try await deletions.receipt(projectID: project.id, fid: fid) else { return nil }
             return InstallationExport(
-                fid: fid, installation: nil, binding: nil, registration: nil, senderTokens: [], consents: [],
-                ledger: [], topics: [], history: [], events: try await subjects.events(projectID: project.id, fid: fid),
-                deletion: receipt)
+                projectID: project.id, fid: fid, installation: nil, binding: nil, registration: nil, senderTokens: [], consents: [],
+                topics: [], history: [], deletion: receipt)
         }
         return InstallationExport(
-            fid: fid, installation: installation, binding: try await users.binding(project: project, fid: fid),
+            projectID: project.id, fid: fid, installation: installation, binding: try await users.binding(project: project, fid: fid),
             registration: try await registrations.find(project: project, tokenOrFID: fid),
             senderTokens: try await subjects.senderTokens(projectID: project.id, fid: fid),
             consents: try await consent.current(installation: installation),
-            ledger: try await consent.history(installation: installation, limit: Int(Int32.max)),
             topics: try await topics.all(project: project, fid: fid),
-            history: try await users.history(project: project, fid: fid),
-            events: try await subjects.events(projectID: project.id, fid: fid), deletion: nil)
+            history: try await users.history(project: project, fid: fid), deletion: nil)
+    }
+
+    /// How many ledger entries or events an export reads at once.
+    public static let pageSize = 1000
+
+    /// A page of the installation's consent ledger after `sequence` (0: from the start); empty once read to its end
+    /// (and for a deleted installation, whose ledger left with it).
+    public func ledger(of export: InstallationExport, after sequence: Int64) async throws -> [ConsentEvent] {
+        guard let installation = export.installation else { return [] }
+        return try await consent.history(installation: installation, after: sequence, limit: Self.pageSize)
+    }
+
+    /// A page of the relayed change-feed events about the installation after `sequence` (0: from the start), in feed
+    /// order; shorter than ``pageSize`` at the end.
+    public func events(of export: InstallationExport, after sequence: Int64) async throws -> [FeedEvent] {
+        try await subjects.events(projectID: export.projectID, fid: export.fid, after: sequence, limit: Self.pageSize)
+    }
+
+    /// The events about the installation not yet relayed (sequence 0; the relay moves them within a second), at most
+    /// ``pageSize``.
+    public func pendingEvents(of export: InstallationExport) async throws -> [FeedEvent] {
+        try await subjects.pendingEvents(projectID: export.projectID, fid: export.fid, limit: Self.pageSize)
     }
 
     /// The person's export: every installation bound to the user now, with all of the above.

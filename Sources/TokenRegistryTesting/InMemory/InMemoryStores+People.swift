@@ -213,11 +213,17 @@ extension InMemoryStores: UserStore, ErasureStore, SubjectStore {
         }.sorted { ($0.sender, $0.scope) < ($1.sender, $1.scope) }
     }
 
-    public func events(projectID: String, fid: String) async throws -> [FeedEvent] {
-        feed.filter { $0.projectID == projectID && $0.event.fid == fid }.map(\.event)
-            + outbox.filter { $0.projectID == projectID && $0.fid == fid }.map {
+    public func events(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws -> [FeedEvent] {
+        Array(
+            feed.lazy.filter { $0.projectID == projectID && $0.event.fid == fid && $0.event.sequence > sequence }
+                .map(\.event).prefix(limit))
+    }
+
+    public func pendingEvents(projectID: String, fid: String, limit: Int) async throws -> [FeedEvent] {
+        Array(
+            outbox.lazy.filter { $0.projectID == projectID && $0.fid == fid }.prefix(limit).map {
                 FeedEvent(sequence: 0, type: $0.type, fid: $0.fid, data: $0.data, time: $0.time)
-            }
+            })
     }
 }
 

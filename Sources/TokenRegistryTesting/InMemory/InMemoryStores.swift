@@ -240,8 +240,10 @@ extension InMemoryStores: ConsentStore {
         consents[Key(projectID: projectID, fid: fid)]?[purpose]
     }
 
-    public func history(projectID: String, fid: String, limit: Int) async throws -> [ConsentEvent] {
-        Array((ledger[Key(projectID: projectID, fid: fid)] ?? []).prefix(limit))
+    public func history(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws
+        -> [ConsentEvent]
+    {
+        Array((ledger[Key(projectID: projectID, fid: fid)] ?? []).lazy.filter { $0.sequence > sequence }.prefix(limit))
     }
 }
 
