@@ -258,14 +258,17 @@ struct PostgresUserStore: UserStore, SubjectStore {
         ).map(Self.event)
     }
 
-    func pendingEvents(projectID: String, fid: String, limit: Int) async throws -> [FeedEvent] {
-        // Not yet relayed: no feed number yet (0).
+    func pendingEvents(projectID: String, fid: String, after id: Int64, limit: Int) async throws
+        -> [(id: Int64, event: FeedEvent)]
+    {
+        // Not yet relayed: no feed number yet (0). The outbox is read by its own order (`id`); the relay empties it
+        // within a second, so the look-up by installation reads a few rows, but for a relay that has stopped.
         try await db.query(
             """
-            SELECT 0 AS seq, type, fid, data, created_at FROM event_outbox WHERE project_id = \(projectID) AND fid = \(fid)
-            ORDER BY id LIMIT \(limit)
+            SELECT id, 0 AS seq, type, fid, data, created_at FROM event_outbox
+            WHERE project_id = \(projectID) AND fid = \(fid) AND id > \(id) ORDER BY id LIMIT \(limit)
             """
-        ).map(Self.event)
+        ).map { (try $0.require("id"), try Self.event($0)) }
     }
 
     static func event(_ row: PostgresRow) throws -> FeedEvent {

@@ -147,14 +147,14 @@ struct PeopleTests {
     }
 
     /// The ledger and the events grow with what the installation does: an export reads them a page at a time, each
-    /// page after the last one's sequence, every entry once and in order (2,100 statements: three pages).
+    /// page after the last one's place, every entry once and in order (2,100 statements: three pages of the ledger,
+    /// and three of events, first while none is relayed, then once they all are).
     @Test(arguments: StoreKind.available)
     func anExportReadsTheLedgerAndTheEventsAPageAtATime(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
             let phone = try await f.installation()
             let statements = 2 * ExportService.pageSize + 100
             for n in 0..<statements { try await f.consent(phone, n.isMultiple(of: 3)) }
-            _ = try await f.services.jobs.relayEvents()
             let export = try #require(try await f.services.exports.installation(project: f.project, fid: phone.fid))
             var ledger: [ConsentEvent] = []
             var pages = 0
@@ -169,14 +169,26 @@ struct PeopleTests {
             #expect(ledger.count == statements + 1 && pages == 3)
             #expect(ledger.map(\.sequence) == ledger.map(\.sequence).sorted())
             #expect(ledger.dropFirst().map(\.granted) == (0..<statements).map { $0.isMultiple(of: 3) })
+            // None relayed yet: every event is read from the outbox, by its place there.
+            var pending: [(id: Int64, event: FeedEvent)] = []
+            while true {
+                let page = try await f.services.exports.pendingEvents(of: export, after: pending.last?.id ?? 0)
+                pending += page
+                if page.count < ExportService.pageSize { break }
+            }
+            #expect(pending.count(where: { $0.event.type == .consentChanged }) == statements)
+            #expect(pending.map(\.id) == pending.map(\.id).sorted() && Set(pending.map(\.id)).count == pending.count)
+            // Relayed: every event in feed order, none left pending.
+            while try await f.services.jobs.relayEvents() > 0 {}
             var events: [FeedEvent] = []
             while true {
                 let page = try await f.services.exports.events(of: export, after: events.last?.sequence ?? 0)
                 events += page
                 if page.count < ExportService.pageSize { break }
             }
-            #expect(events.count(where: { $0.type == .consentChanged }) == statements)
-            #expect(Set(events.map(\.sequence)).count == events.count)
+            #expect(events.count == pending.count)
+            #expect(events.map(\.sequence) == events.map(\.sequence).sorted() && Set(events.map(\.sequence)).count == events.count)
+            #expect(try await f.services.exports.pendingEvents(of: export, after: 0).isEmpty)
         }
     }
 
@@ -199,7 +211,7 @@ struct PeopleTests {
             #expect(item.history.map(\.action) == [.bound])
             let events =
                 try await f.services.exports.events(of: item, after: 0)
-                + f.services.exports.pendingEvents(of: item)
+                + f.services.exports.pendingEvents(of: item, after: 0).map(\.event)
             #expect(events.contains { $0.type == .installationCreated })
             #expect(export.history.count == 1 && export.erasures.isEmpty)
             // A deleted installation's export is its receipt.

@@ -138,7 +138,14 @@ struct ExportController {
             guard let last = page.last, page.count == ExportService.pageSize else { break }
             cursor = last.sequence
         }
-        try await events(try await exports.pendingEvents(of: export))
+        // Then those not yet relayed, by their place in the outbox.
+        cursor = 0
+        while true {
+            let page = try await exports.pendingEvents(of: export, after: cursor)
+            try await events(page.map(\.event))
+            guard let last = page.last, page.count == ExportService.pageSize else { break }
+            cursor = last.id
+        }
         try await write(Array("]}".utf8))
     }
 

@@ -23,8 +23,10 @@ public protocol SubjectStore: Sendable {
     /// The change-feed events about the installation still retained and relayed, after `sequence` (0: from the
     /// start), in feed order, at most `limit`.
     func events(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws -> [FeedEvent]
-    /// Its events not yet relayed (sequence 0), oldest first, at most `limit`.
-    func pendingEvents(projectID: String, fid: String, limit: Int) async throws -> [FeedEvent]
+    /// Its events not yet relayed (sequence 0) after the outbox's `id` (0: from the first), oldest first, at most
+    /// `limit`, each with its place in the outbox.
+    func pendingEvents(projectID: String, fid: String, after id: Int64, limit: Int) async throws
+        -> [(id: Int64, event: FeedEvent)]
 }
 
 /// Everything held about one installation.
@@ -117,10 +119,13 @@ public struct ExportService: Sendable {
         try await subjects.events(projectID: export.projectID, fid: export.fid, after: sequence, limit: Self.pageSize)
     }
 
-    /// The events about the installation not yet relayed (sequence 0; the relay moves them within a second), at most
-    /// ``pageSize``.
-    public func pendingEvents(of export: InstallationExport) async throws -> [FeedEvent] {
-        try await subjects.pendingEvents(projectID: export.projectID, fid: export.fid, limit: Self.pageSize)
+    /// A page of the events about the installation not yet relayed (sequence 0; the relay moves them within a
+    /// second), after the outbox place `id` (0: from the first), each with its place; shorter than ``pageSize`` at the
+    /// end.
+    public func pendingEvents(of export: InstallationExport, after id: Int64) async throws
+        -> [(id: Int64, event: FeedEvent)]
+    {
+        try await subjects.pendingEvents(projectID: export.projectID, fid: export.fid, after: id, limit: Self.pageSize)
     }
 
     /// The person's export: every installation bound to the user now, with all of the above.

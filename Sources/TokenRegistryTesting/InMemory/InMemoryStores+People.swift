@@ -219,10 +219,12 @@ extension InMemoryStores: UserStore, ErasureStore, SubjectStore {
                 .map(\.event).prefix(limit))
     }
 
-    public func pendingEvents(projectID: String, fid: String, limit: Int) async throws -> [FeedEvent] {
+    public func pendingEvents(projectID: String, fid: String, after id: Int64, limit: Int) async throws
+        -> [(id: Int64, event: FeedEvent)]
+    {
         Array(
-            outbox.lazy.filter { $0.projectID == projectID && $0.fid == fid }.prefix(limit).map {
-                FeedEvent(sequence: 0, type: $0.type, fid: $0.fid, data: $0.data, time: $0.time)
+            outbox.lazy.filter { $0.projectID == projectID && $0.fid == fid && $0.id > id }.prefix(limit).map {
+                ($0.id, FeedEvent(sequence: 0, type: $0.type, fid: $0.fid, data: $0.data, time: $0.time))
             })
     }
 }

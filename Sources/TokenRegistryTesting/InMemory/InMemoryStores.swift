@@ -70,7 +70,7 @@ public actor InMemoryStores {
     var services: [String: [String: Linked]] = [:]
     var deletions: [Int64: Deletion] = [:]
     var purged: [(projectID: String, record: DeletionRecord)] = []
-    var outbox: [(projectID: String, type: EventType, fid: String, data: JSONValue?, time: Date)] = []
+    var outbox: [(id: Int64, projectID: String, type: EventType, fid: String, data: JSONValue?, time: Date)] = []
     var feed: [(projectID: String, event: FeedEvent)] = []
     var signingKeys: [StoredSigningKey] = []
     var secrets: [String: [UInt8]] = [:]
@@ -116,7 +116,7 @@ public actor InMemoryStores {
     }
 
     func emit(_ type: EventType, _ projectID: String, _ fid: String, _ data: JSONValue? = nil) {
-        outbox.append((projectID, type, fid, data, clock.now()))
+        outbox.append((next(), projectID, type, fid, data, clock.now()))
     }
 
     func messagingConsent(_ key: Key) -> Bool { consents[key]?[ConsentService.messaging]?.granted ?? false }
