@@ -114,10 +114,12 @@ struct PostgresStoreHealth: StoreHealth {
         statistics.groupCommits = pool.groupCommits
         statistics.groupCommittedWrites = pool.groupCommittedWrites
         statistics.writesRetriedAlone = pool.writesRetriedAlone
-        statistics.queuedReads = pool.queuedReads
-        statistics.readBatches = pool.readBatches
-        statistics.batchedReads = pool.batchedReads
-        statistics.readsRunAlone = pool.readsRunAlone
+        // Batched reads run on the read replica's pool too (targeting, sendability): counted together.
+        let replica = readPool?.statistics
+        statistics.queuedReads = pool.queuedReads + (replica?.queuedReads ?? 0)
+        statistics.readBatches = pool.readBatches + (replica?.readBatches ?? 0)
+        statistics.batchedReads = pool.batchedReads + (replica?.batchedReads ?? 0)
+        statistics.readsRunAlone = pool.readsRunAlone + (replica?.readsRunAlone ?? 0)
         return statistics
     }
 

@@ -1,0 +1,30 @@
+import Crypto
+import Foundation
+import Postgres
+import Registry
+import RegistryPostgres
+import Testing
+import TokenRegistryTesting
+
+/// What the stores report for /metrics covers every pool they read through.
+@Suite("Store statistics", .enabled(if: TestDatabase.isAvailable))
+struct StoreStatisticsTests {
+    /// Batched reads on the read replica's pool (targeting, sendability) are counted with the primary's: a replica's
+    /// batches were missing from `db_read_batch_*`.
+    @Test func batchedReadsOnTheReplicasPoolAreCounted() async throws {
+        try await TestDatabase.with { conninfo in
+            let primary = PostgresPool(.init(conninfo: conninfo, maxConnections: 2))
+            let replica = PostgresPool(.init(conninfo: conninfo, maxConnections: 2))
+            defer {
+                primary.close()
+                replica.close()
+            }
+            let box = try SecretBox(key: try SecureRandom.bytes(32))
+            let stores = PostgresRegistry.stores(pool: primary, box: box, readPool: replica)
+            try await primary.batchedRead("SELECT 1 AS one")
+            for _ in 0..<3 { try await replica.batchedRead("SELECT 1 AS one") }
+            let statistics = stores.health.statistics
+            #expect(statistics.readBatches == 4 && statistics.batchedReads == 4)
+        }
+    }
+}
