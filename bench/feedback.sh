@@ -14,15 +14,7 @@ env DATABASE_URL="$PGURL" "$BIN" project create --id bench-proj --number 4242 >"
 env DATABASE_URL="$PGURL" "$BIN" app create --project bench-proj --platform android >"$WORK/app.json"
 SERVER_KEY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["serverKey"])' "$WORK/project.json")
 APP_ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["appId"])' "$WORK/app.json")
-psql "$PGURL" -q <<SQL
-INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, created_at, last_seen_at)
-  SELECT 'bench-proj', 'f' || lpad(n::text, 21, '0'), '$APP_ID', '\x00', now(), now() FROM generate_series(1, $REGISTRATIONS) AS n;
-INSERT INTO consents (project_id, fid, purpose, granted, actor, updated_at)
-  SELECT 'bench-proj', fid, 'messaging', true, 'default', now() FROM installations WHERE project_id = 'bench-proj';
-INSERT INTO registrations (project_id, fid, token, platform, created_at, refreshed_at)
-  SELECT 'bench-proj', fid, fid || ':seed', 'android', now(), now() FROM installations WHERE project_id = 'bench-proj';
-VACUUM ANALYZE;
-SQL
+seed_callback_fids "$APP_ID" "$REGISTRATIONS"
 
 echo "# feedback: wrk -t2 -c4 -d${DURATION}s, 1000 results a request; callback: wrk -t2 -c$CONNECTIONS -d${DURATION}s"
 echo "name rps p50_ms p99_ms errors"

@@ -47,6 +47,21 @@ start_postgres() {
   psql "$TEST_DATABASE_URL" -qc "DROP DATABASE IF EXISTS bench WITH (FORCE)" -c "CREATE DATABASE bench" >/dev/null
 }
 
+# seed_callback_fids APP_ID [N]: N installations of bench-proj (default 1000) named f000…001 to f…N, each with
+# messaging consent and a registration: what the refresh-callback workloads (wrk/refresh_callback.lua, the pgbench
+# scripts) address.
+seed_callback_fids() {
+  psql "$PGURL" -q -v ON_ERROR_STOP=1 <<SQL
+INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, created_at, last_seen_at)
+  SELECT 'bench-proj', 'f' || lpad(n::text, 21, '0'), '$1', '\x00', now(), now() FROM generate_series(1, ${2:-1000}) AS n;
+INSERT INTO consents (project_id, fid, purpose, granted, actor, updated_at)
+  SELECT 'bench-proj', fid, 'messaging', true, 'default', now() FROM installations WHERE project_id = 'bench-proj';
+INSERT INTO registrations (project_id, fid, token, platform, created_at, refreshed_at)
+  SELECT 'bench-proj', fid, fid || ':seed', 'android', now(), now() FROM installations WHERE project_id = 'bench-proj';
+VACUUM ANALYZE;
+SQL
+}
+
 # start_service PORT [ENV=VALUE…]: runs `serve` against the bench database, waits for /readyz.
 start_service() {
   local port=$1; shift

@@ -18,15 +18,7 @@ SERVER_KEY=$(field "$WORK/project.json" serverKey)
 APP_ID=$(field "$WORK/app.json" appId)
 WEB_ID=$(field "$WORK/web.json" appId)
 WEB_KEY=$(field "$WORK/web.json" apiKey)
-psql "$PGURL" -q <<SQL
-INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, created_at, last_seen_at)
-  SELECT 'bench-proj', 'f' || lpad(n::text, 21, '0'), '$APP_ID', '\x00', now(), now() FROM generate_series(1, 1000) AS n;
-INSERT INTO consents (project_id, fid, purpose, granted, actor, updated_at)
-  SELECT 'bench-proj', fid, 'messaging', true, 'default', now() FROM installations WHERE project_id = 'bench-proj';
-INSERT INTO registrations (project_id, fid, token, platform, created_at, refreshed_at)
-  SELECT 'bench-proj', fid, fid || ':seed', 'android', now(), now() FROM installations WHERE project_id = 'bench-proj';
-ANALYZE;
-SQL
+seed_callback_fids "$APP_ID"
 created=$(curl -s -H "x-goog-api-key: $WEB_KEY" -H 'Content-Type: application/json' \
   -d "{\"fid\":\"\",\"appId\":\"$WEB_ID\",\"authVersion\":\"FIS_v2\",\"sdkVersion\":\"w:0.6.24\"}" \
   http://127.0.0.1:18080/v1/projects/bench-proj/installations)

@@ -11,15 +11,7 @@ start_service 18096 DB_POOL_SIZE=4
 env DATABASE_URL="$PGURL" "$BIN" project create --id bench-proj --number 4242 >"$WORK/parts-project.json"
 env DATABASE_URL="$PGURL" "$BIN" app create --project bench-proj --platform android >"$WORK/parts-app.json"
 APP_ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["appId"])' "$WORK/parts-app.json")
-psql "$PGURL" -q -v ON_ERROR_STOP=1 <<SQL
-INSERT INTO installations (project_id, fid, app_id, refresh_token_hash, created_at, last_seen_at)
-  SELECT 'bench-proj', 'f' || lpad(n::text, 21, '0'), '$APP_ID', '\x00', now(), now() FROM generate_series(1, 1000) AS n;
-INSERT INTO consents (project_id, fid, purpose, granted, actor, updated_at)
-  SELECT 'bench-proj', fid, 'messaging', true, 'default', now() FROM installations WHERE project_id = 'bench-proj';
-INSERT INTO registrations (project_id, fid, token, platform, created_at, refreshed_at)
-  SELECT 'bench-proj', fid, fid || ':seed', 'android', now(), now() FROM installations WHERE project_id = 'bench-proj';
-VACUUM ANALYZE;
-SQL
+seed_callback_fids "$APP_ID"
 echo "# $(git -C "$REPO" rev-parse --short HEAD), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) x $(nproc)," \
   "pgbench -c16 -j2 -M prepared -T $DURATION, synchronous_commit off"
 printf '| %-24s | %10s | %18s |\n|---|---|---|\n' "statement" "tps" "PostgreSQL µs a txn"
