@@ -26,7 +26,8 @@ public struct Configuration: Sendable {
     /// At most this many concurrent single-statement writes (token refreshes, installation creates) committed in one
     /// transaction; 1 commits each alone.
     public var databaseGroupCommitMax = 64
-    /// At most this many concurrent point reads (an installation by its FID) sent in one round trip; 1: each alone.
+    /// At most this many concurrent point reads (an installation, registration, check-in or consent decision by its
+    /// key) sent in one round trip; 1: each alone.
     public var databaseReadBatchMax = 64
     /// `DATABASE_POOLER=transaction`: the database URLs name a pooler in transaction mode (pgbouncer), so nothing
     /// is kept on a server session between transactions.

@@ -19,8 +19,8 @@ import Synchronization
 ///
 /// A queued write waits at most ``queueTimeout`` (the pool's acquire time-out) for its batch to start; then it is
 /// taken out of the queue, never to run, and fails as an acquire does. A queued read waits at most its own
-/// ``queueTimeout`` (``PostgresPool/Configuration/readQueueLimit``), then runs alone (``Expiry``). One reaper task sleeps until the
-/// earliest deadline, as the pool's does.
+/// ``queueTimeout`` (``PostgresPool/Configuration/readQueueLimit``), then runs alone (``Expiry``). One reaper task
+/// sleeps until the earliest deadline, as the pool's does.
 final class GroupCommitter: Sendable {
     struct Waiting: Sendable {
         let query: PostgresQuery
@@ -69,7 +69,7 @@ final class GroupCommitter: Sendable {
     let statements = Atomic<Int>(0)
     let retriedAlone = Atomic<Int>(0)
 
-    /// Writes waiting for a batch, in every lane.
+    /// Statements waiting for a batch, in every lane.
     var queued: Int { state.withLock { $0.lanes.values.reduce(0) { $0 + $1.waiting.count } } }
 
     /// Each statement a transaction of its own (reads): sent together, answered apart, none run again

@@ -291,3 +291,6 @@ func holdsNUL(_ value: String) -> Bool {
     var value = value
     return value.withUTF8 { utf8 in utf8.baseAddress.map { memchr($0, 0, utf8.count) != nil } ?? false }
 }
+
+/// Whether any of `query`'s parameters holds a NUL byte (``holdsNUL(_:)``).
+func bindsNUL(_ query: PostgresQuery) -> Bool { query.binds.contains { $0.map(holdsNUL) == true } }

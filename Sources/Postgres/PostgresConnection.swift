@@ -203,7 +203,7 @@ public actor PostgresConnection {
     /// ``PostgresError/nulInParameter``, the others ``notRun``): libpq would cut it there, and the statement would run
     /// on another value than the caller's (`crm\0x` matching the row `crm`).
     public func pipeline(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
-        if let bad = queries.firstIndex(where: { $0.binds.contains { $0.map(holdsNUL) == true } }) {
+        if let bad = queries.firstIndex(where: bindsNUL) {
             return queries.indices.map { $0 == bad ? .failure(PostgresError.nulInParameter) : .failure(Self.notRun) }
         }
         await takeTurn()
@@ -232,15 +232,11 @@ public actor PostgresConnection {
     /// parameter holding NUL fails its own statement only. (libpq 15 flushes at each `Sync`: one send a statement, but
     /// no round trip between them.)
     public func pipelineSeparately(_ queries: [PostgresQuery]) async throws -> [Result<PostgresRows, PostgresError>] {
-        var outcomes = [Result<PostgresRows, PostgresError>](repeating: .failure(Self.notRun), count: queries.count)
-        var sendable: [Int] = []
-        for (index, query) in queries.enumerated() {
-            if query.binds.contains(where: { $0.map(holdsNUL) == true }) {
-                outcomes[index] = .failure(PostgresError.nulInParameter)
-            } else {
-                sendable.append(index)
-            }
+        let refused = queries.map(bindsNUL)
+        var outcomes: [Result<PostgresRows, PostgresError>] = refused.map {
+            .failure($0 ? PostgresError.nulInParameter : Self.notRun)
         }
+        let sendable = queries.indices.filter { !refused[$0] }
         guard !sendable.isEmpty else { return outcomes }
         let statements = sendable.map { queries[$0] }
         await takeTurn()

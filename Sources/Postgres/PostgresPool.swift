@@ -199,12 +199,12 @@ public final class PostgresPool: Sendable {
 
     /// Runs one read, possibly in one round trip with concurrent ones: the statements of a batch go out back to back
     /// on one connection, each a transaction of its own (a Sync after each), so a connection is taken once for all of
-    /// them and PostgreSQL reads them as they come (measured on the auth-token route at c=64: PostgreSQL's CPU a request
-    /// 33 -> 13 µs, the service's 84 -> 49 µs; docs/benchmarks.md). A lone read runs at once; one
-    /// that waits ``Configuration/readQueueLimit`` for a batch runs alone. A read that fails fails alone, and none runs again. For
-    /// point look-ups of at most a row, statements that take no row lock and return in a moment: a batch is answered
-    /// when its last read is. Each statement takes its own snapshot, so it sees every write acknowledged before it
-    /// was called.
+    /// them and PostgreSQL reads them as they come (measured on the auth-token route at c=64: PostgreSQL's CPU a
+    /// request 33 -> 13 µs, the service's 84 -> 49 µs; docs/benchmarks.md). A lone read runs at once; one that waits
+    /// ``Configuration/readQueueLimit`` for a batch runs alone. A read that fails fails alone, and none runs again.
+    /// For point look-ups of at most a row, statements that take no row lock and return in a moment: a batch is
+    /// answered when its last read is. Each statement takes its own snapshot, so it sees every write acknowledged
+    /// before it was called.
     @discardableResult
     public func batchedRead(_ query: PostgresQuery) async throws -> PostgresRows {
         if configuration.readBatch == 1 { return try await self.query(query) }

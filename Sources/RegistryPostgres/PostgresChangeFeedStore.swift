@@ -15,13 +15,16 @@ struct PostgresChangeFeedStore: ChangeFeedStore {
             SELECT seq, type, fid, data, created_at FROM events WHERE project_id = \(projectID) AND seq > \(cursor)
             ORDER BY seq LIMIT \(limit)
             """
-        ).map {
-            let data: String? = try $0.decode("data")
-            return FeedEvent(
-                sequence: try $0.require("seq"), type: try $0.require("type", as: EventType.self),
-                fid: try $0.require("fid"), data: data.flatMap { try? JSONParser.parse(Array($0.utf8)) },
-                time: try $0.require("created_at"))
-        }
+        ).map(Self.event)
+    }
+
+    /// An event from its row (`seq, type, fid, data, created_at`).
+    static func event(_ row: PostgresRow) throws -> FeedEvent {
+        FeedEvent(
+            sequence: try row.require("seq"), type: try row.require("type", as: EventType.self),
+            fid: try row.require("fid"),
+            data: try row.decode("data", as: String.self).flatMap { try? JSONParser.parse(Array($0.utf8)) },
+            time: try row.require("created_at"))
     }
 
     func relay() async throws -> Int {

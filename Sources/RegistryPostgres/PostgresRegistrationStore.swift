@@ -75,8 +75,9 @@ struct PostgresRegistrationStore: RegistrationStore {
     }
 
     func find(projectID: String, token: String) async throws -> Registration? {
-        try await db.batchedRead("SELECT * FROM registrations WHERE project_id = \(projectID) AND token = \(token)").first
-            .map(Self.decode)
+        try await db.batchedRead(
+            "SELECT * FROM registrations WHERE project_id = \(projectID) AND token = \(token)"
+        ).first.map(Self.decode)
     }
 
     func delete(projectID: String, fid: String) async throws -> Bool {

@@ -255,7 +255,7 @@ struct PostgresUserStore: UserStore, SubjectStore {
             SELECT seq, type, fid, data, created_at FROM events
             WHERE project_id = \(projectID) AND fid = \(fid) AND seq > \(sequence) ORDER BY seq LIMIT \(limit)
             """
-        ).map(Self.event)
+        ).map(PostgresChangeFeedStore.event)
     }
 
     func pendingEvents(projectID: String, fid: String, after id: Int64, limit: Int) async throws
@@ -268,14 +268,7 @@ struct PostgresUserStore: UserStore, SubjectStore {
             SELECT id, 0 AS seq, type, fid, data, created_at FROM event_outbox
             WHERE project_id = \(projectID) AND fid = \(fid) AND id > \(id) ORDER BY id LIMIT \(limit)
             """
-        ).map { (try $0.require("id"), try Self.event($0)) }
+        ).map { (try $0.require("id"), try PostgresChangeFeedStore.event($0)) }
     }
 
-    static func event(_ row: PostgresRow) throws -> FeedEvent {
-        FeedEvent(
-            sequence: try row.require("seq"), type: try row.require("type", as: EventType.self),
-            fid: try row.require("fid"),
-            data: try row.decode("data", as: String.self).flatMap { try? JSONParser.parse(Array($0.utf8)) },
-            time: try row.require("created_at"))
-    }
 }

@@ -111,41 +111,34 @@ struct ExportController {
     ) async throws {
         var head = json(export, onlyUser: onlyUser).encoded()
         head.removeLast()  // its closing brace: the paged members follow
+        var first = true
+        /// Writes each page `next` reads after the place of the last item of the page before, as elements of the
+        /// array being written, until a page shorter than ``ExportService/pageSize``.
+        func pages<Item>(
+            _ next: (Int64) async throws -> [Item], place: (Item) -> Int64, json: (Item) -> JSONValue
+        ) async throws {
+            var cursor: Int64 = 0
+            while true {
+                let page = try await next(cursor)
+                guard let last = page.last else { return }
+                let elements = page.map { json($0).encoded() }.joined(separator: Array(",".utf8))
+                try await write((first ? [] : Array(",".utf8)) + Array(elements))
+                first = false
+                guard page.count == ExportService.pageSize else { return }
+                cursor = place(last)
+            }
+        }
         try await write(head + Array(#","consentLedger":["#.utf8))
-        var cursor: Int64 = 0
-        var separator: [UInt8] = []
-        while true {
-            let page = try await exports.ledger(of: export, after: cursor)
-            guard let last = page.last else { break }
-            try await write(separator + Array(page.map { json($0).encoded() }.joined(separator: Array(",".utf8))))
-            separator = Array(",".utf8)
-            cursor = last.sequence
-            if page.count < ExportService.pageSize { break }
-        }
+        try await pages({ try await exports.ledger(of: export, after: $0) }, place: \.sequence, json: json)
         try await write(Array(#"],"events":["#.utf8))
-        separator = []
-        cursor = 0
-        func events(_ page: [FeedEvent]) async throws {
-            guard !page.isEmpty else { return }
-            try await write(
-                separator
-                    + Array(page.map { json($0, onlyUser: onlyUser).encoded() }.joined(separator: Array(",".utf8))))
-            separator = Array(",".utf8)
-        }
-        while true {
-            let page = try await exports.events(of: export, after: cursor)
-            try await events(page)
-            guard let last = page.last, page.count == ExportService.pageSize else { break }
-            cursor = last.sequence
-        }
+        first = true
+        try await pages(
+            { try await exports.events(of: export, after: $0) }, place: \.sequence,
+            json: { json($0, onlyUser: onlyUser) })
         // Then those not yet relayed, by their place in the outbox.
-        cursor = 0
-        while true {
-            let page = try await exports.pendingEvents(of: export, after: cursor)
-            try await events(page.map(\.event))
-            guard let last = page.last, page.count == ExportService.pageSize else { break }
-            cursor = last.id
-        }
+        try await pages(
+            { try await exports.pendingEvents(of: export, after: $0) }, place: \.id,
+            json: { json($0.event, onlyUser: onlyUser) })
         try await write(Array("]}".utf8))
     }
 

@@ -91,11 +91,12 @@ public struct ExportService: Sendable {
         guard let installation = try await installations.find(project: project, fid: fid) else {
             guard let receipt = try await deletions.receipt(projectID: project.id, fid: fid) else { return nil }
             return InstallationExport(
-                projectID: project.id, fid: fid, installation: nil, binding: nil, registration: nil, senderTokens: [], consents: [],
-                topics: [], history: [], deletion: receipt)
+                projectID: project.id, fid: fid, installation: nil, binding: nil, registration: nil, senderTokens: [],
+                consents: [], topics: [], history: [], deletion: receipt)
         }
         return InstallationExport(
-            projectID: project.id, fid: fid, installation: installation, binding: try await users.binding(project: project, fid: fid),
+            projectID: project.id, fid: fid, installation: installation,
+            binding: try await users.binding(project: project, fid: fid),
             registration: try await registrations.find(project: project, tokenOrFID: fid),
             senderTokens: try await subjects.senderTokens(projectID: project.id, fid: fid),
             consents: try await consent.current(installation: installation),
