@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 from harness import BIN, Database, check, free_port, psql, request, summary, wait_ready
 
@@ -125,6 +126,11 @@ def main():
         check("once replay resumes, the standby catches up", standby.caught_up())
         check("who the topic reaches: both tokens", members() == (200, {first, second}), f"{members()}")
         check("the second token is sendable", sendable(second) == (200, "OK"), f"{sendable(second)}")
+        metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+        replica_idle = [line for line in metrics.splitlines()
+                        if line.startswith('db_replica_pool_connections{state="idle"} ')]
+        check("/metrics reports the replica's pool: the connections its reads opened",
+              len(replica_idle) == 1 and int(replica_idle[0].split()[-1]) >= 1, f"{replica_idle}")
         standby.stop()
         fallen_back = members()
         check("with the standby down, targeting reads fall back to the primary",

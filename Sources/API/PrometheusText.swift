@@ -28,7 +28,7 @@ enum PrometheusText {
     }
 
     static func storeStatistics(_ s: StoreStatistics) -> [String] {
-        [
+        var lines = [
             "# HELP db_pool_connections Database connections by state.", "# TYPE db_pool_connections gauge",
             "db_pool_connections{state=\"in_use\"} \(s.inUse)", "db_pool_connections{state=\"idle\"} \(s.idle)",
             "# HELP db_pool_waiting Requests waiting for a database connection.", "# TYPE db_pool_waiting gauge",
@@ -51,6 +51,17 @@ enum PrometheusText {
             "# HELP db_read_batch_ran_alone_total Reads that waited too long for a batch (one held up) and ran alone.",
             "# TYPE db_read_batch_ran_alone_total counter", "db_read_batch_ran_alone_total \(s.readsRunAlone)",
         ]
+        if let replica = s.replica {
+            lines += [
+                "# HELP db_replica_pool_connections Read replica connections (DATABASE_READ_URL) by state.",
+                "# TYPE db_replica_pool_connections gauge",
+                "db_replica_pool_connections{state=\"in_use\"} \(replica.inUse)",
+                "db_replica_pool_connections{state=\"idle\"} \(replica.idle)",
+                "# HELP db_replica_pool_waiting Requests waiting for a read replica connection.",
+                "# TYPE db_replica_pool_waiting gauge", "db_replica_pool_waiting \(replica.waiting)",
+            ]
+        }
+        return lines
     }
 
     /// Whether this replica serves: not draining, the database reachable, the schema current (what `/readyz` says).

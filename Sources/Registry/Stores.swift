@@ -74,8 +74,21 @@ public struct StoreStatistics: Sendable, Equatable {
     public var batchedReads = 0
     /// Reads that waited too long for a batch and ran alone (a batch held up, by a lock say).
     public var readsRunAlone = 0
+    /// The read replica's pool (`DATABASE_READ_URL`), when there is one: its connections and its waiting callers.
+    public var replica: PoolConnections?
 
     public init() {}
+}
+
+/// A pool's connections in use and idle, and the callers waiting for one.
+public struct PoolConnections: Sendable, Equatable {
+    public var inUse: Int
+    public var idle: Int
+    public var waiting: Int
+
+    public init(inUse: Int, idle: Int, waiting: Int) {
+        (self.inUse, self.idle, self.waiting) = (inUse, idle, waiting)
+    }
 }
 
 /// Whether the store can serve, for readiness and metrics.

@@ -120,6 +120,7 @@ struct PostgresStoreHealth: StoreHealth {
         statistics.readBatches = pool.readBatches + (replica?.readBatches ?? 0)
         statistics.batchedReads = pool.batchedReads + (replica?.batchedReads ?? 0)
         statistics.readsRunAlone = pool.readsRunAlone + (replica?.readsRunAlone ?? 0)
+        statistics.replica = replica.map { PoolConnections(inUse: $0.inUse, idle: $0.idle, waiting: $0.waiting) }
         return statistics
     }
 

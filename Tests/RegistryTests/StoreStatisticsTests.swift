@@ -27,4 +27,26 @@ struct StoreStatisticsTests {
             #expect(statistics.readBatches == 4 && statistics.batchedReads == 4)
         }
     }
+
+    /// The replica's connections are reported beside the primary's (they were missing from /metrics): one held
+    /// connection shows as in use on the replica's pool only.
+    @Test func theReplicasConnectionsAreReported() async throws {
+        try await TestDatabase.with { conninfo in
+            let primary = PostgresPool(.init(conninfo: conninfo, maxConnections: 2))
+            let replica = PostgresPool(.init(conninfo: conninfo, maxConnections: 2))
+            defer {
+                primary.close()
+                replica.close()
+            }
+            let box = try SecretBox(key: try SecureRandom.bytes(32))
+            #expect(PostgresRegistry.stores(pool: primary, box: box).health.statistics.replica == nil)
+            let stores = PostgresRegistry.stores(pool: primary, box: box, readPool: replica)
+            try await replica.withConnection { _ in
+                let statistics = stores.health.statistics
+                #expect(statistics.replica == PoolConnections(inUse: 1, idle: 0, waiting: 0))
+                #expect(statistics.inUse == 0)
+            }
+            #expect(stores.health.statistics.replica == PoolConnections(inUse: 0, idle: 1, waiting: 0))
+        }
+    }
 }
