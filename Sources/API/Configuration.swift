@@ -39,6 +39,11 @@ public struct Configuration: Sendable {
     /// Unauthenticated writes of the register API per second per client address: `POST /checkin` and the GCM form
     /// of `POST /register` (bursts of twice that).
     public var checkinRatePerAddress = 10.0
+    /// Consent statements an installation may record an hour (`PUT …/consent`, by the installation or its backend),
+    /// in bursts of ``consentBurst``: each is a ledger row kept for the installation's life; 0 turns the limit off.
+    public var consentRatePerHour = 60.0
+    /// Enough for a backend to state every purpose an installation may hold twice in a row.
+    public static let consentBurst = 64.0
     /// Proxies in front of the service that append the client's address to `X-Forwarded-For`; 0 takes the socket's.
     public var trustedProxyHops = 0
     /// When set, `GET /metrics` requires `Authorization: Bearer <token>`.
@@ -136,6 +141,8 @@ public struct Configuration: Sendable {
             try reader.int("RATE_LIMIT_CREATE_PER_ADDRESS", default: 100, range: 0...1_000_000))
         c.checkinRatePerAddress = Double(
             try reader.int("RATE_LIMIT_CHECKIN_PER_ADDRESS", default: 10, range: 0...1_000_000))
+        c.consentRatePerHour = Double(
+            try reader.int("RATE_LIMIT_CONSENT_PER_HOUR", default: 60, range: 0...3_600_000))
         if env["TRUST_FORWARDED_FOR"] != nil {
             throw ConfigurationError(
                 variable: "TRUST_FORWARDED_FOR",

@@ -33,7 +33,11 @@ extension Responder {
             trustedProxyHops: configuration.trustedProxyHops)
         InstallationsController(installations: s.installations, catalog: s.catalog, createLimits: limits)
             .register(&routes)
-        ConsentController(installations: s.installations, consent: s.consent).register(&routes)
+        ConsentController(
+            installations: s.installations, consent: s.consent,
+            perInstallation: RateLimiter(
+                ratePerSecond: configuration.consentRatePerHour / 3600, burst: Configuration.consentBurst)
+        ).register(&routes)
         RegistrationsController(registrations: s.registrations, targeting: s.targeting).register(&routes)
         TopicsController(registrations: s.registrations, topics: s.topics, targeting: s.targeting).register(&routes)
         IIDController(

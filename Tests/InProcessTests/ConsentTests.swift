@@ -1,3 +1,4 @@
+import API
 import JSON
 import Testing
 import TokenRegistryTesting
@@ -32,7 +33,7 @@ struct ConsentTests {
     /// A subject export writes the ledger a page at a time: every one of 2,100 statements is in the document, in
     /// order, and the document is one JSON value.
     @Test func anExportHoldsAWholeLedgerWrittenInPages() async throws {
-        try await InProcessService.with { s in
+        try await InProcessService.with(configure: { $0.consentRatePerHour = 0 }) { s in
             let i = try await s.createInstallation()
             let path = "/v1/projects/\(s.project.id)/installations/\(i.fid)"
             let auth = ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"]
@@ -62,6 +63,33 @@ struct ConsentTests {
             } while token != nil && seen.count < 5000
             #expect(seen.count == 2101)
             #expect(seen.map { $0["sequence"]?.int64Value.map(String.init) } == ledger.map { $0["sequence"]?.stringValue })
+        }
+    }
+
+    /// Statements are limited per installation (`RATE_LIMIT_CONSENT_PER_HOUR`): past the burst the answer is 429 with
+    /// `Retry-After` and nothing is written; another installation of the project, and the same one's reads, go on.
+    @Test func statementsAreLimitedPerInstallation() async throws {
+        try await InProcessService.with(configure: { $0.consentRatePerHour = 60 }) { s in
+            let (first, second) = (try await s.createInstallation(), try await s.createInstallation())
+            func put(_ i: CreatedInstallationReply, _ granted: Bool) async throws -> Reply {
+                try await s.request(
+                    "PUT", "/v1/projects/\(s.project.id)/installations/\(i.fid)/consent",
+                    headers: ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"],
+                    json: ["autoInitEnabled": .bool(granted)])
+            }
+            let burst = Int(Configuration.consentBurst)
+            for n in 0..<burst {
+                let r = try await put(first, n.isMultiple(of: 2))
+                #expect(r.status == 200, "\(n): \(r)")
+            }
+            let refused = try await put(first, true)
+            #expect(refused.status == 429 && refused.errorStatus == "RESOURCE_EXHAUSTED", "\(refused)")
+            #expect(refused.header("retry-after").flatMap(Int.init).map { (1...60).contains($0) } == true)
+            #expect(try await put(second, false).status == 200)
+            let history = try await s.request(
+                "GET", "/v1/projects/\(s.project.id)/installations/\(first.fid)/consent?view=history",
+                headers: s.serverHeaders)
+            #expect(history.json?["history"]?.arrayValue?.count == burst + 1)
         }
     }
 

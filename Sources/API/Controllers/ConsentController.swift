@@ -8,6 +8,9 @@ import Registry
 struct ConsentController {
     let installations: InstallationService
     let consent: ConsentService
+    /// Statements recorded per installation (`RATE_LIMIT_CONSENT_PER_HOUR`): the ledger keeps every one for the
+    /// installation's life, so a client repeating its statement in a loop would grow it without end.
+    let perInstallation: RateLimiter
 
     /// The installation itself (its auth token, for its own `{fid}`) or the app's backend (a bearer credential).
     static let principal: Principal<OneOf<ServerCaller, InstallationCaller>> = .either(
@@ -49,6 +52,13 @@ struct ConsentController {
         let change = ConsentChange(
             purpose: purpose, granted: granted, policyVersion: try body.text("policyVersion", maxBytes: 128),
             source: try body.text("source", maxBytes: 128), actor: actor)
+        if let wait = perInstallation.acquire(installation.projectID + "/" + installation.fid) {
+            var error = APIError(
+                429, "RESOURCE_EXHAUSTED",
+                "too many consent statements for installation \(installation.fid); retry after \(wait) s")
+            error.headers.add(name: "retry-after", value: String(wait))
+            throw error
+        }
         let (state, previous) = try await consent.record(installation: installation, change: change)
         var json = ConsentController.json(state)
         if case var .object(members) = json {
