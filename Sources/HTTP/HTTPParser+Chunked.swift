@@ -5,7 +5,7 @@ extension HTTPParser {
     mutating func stepChunked(_ head: Head, _ phase: ChunkPhase) -> ChunkStep {
         switch phase {
         case .size:
-            guard let lf = firstLF(from: position) else {
+            guard let lf = pendingLineEnd() else {
                 return buffer.count - position > 1024
                     ? .error(HTTPParseError(400, "chunk size line too long")) : .needMore
             }
@@ -14,6 +14,10 @@ extension HTTPParser {
             }
             let line = buffer[position..<(lf - 1)]
             guard line.count <= 1024 else { return .error(HTTPParseError(400, "chunk size line too long")) }
+            chunkFramingBytes += line.count + 4
+            guard chunkFramingBytes <= limits.maxBodyBytes else {
+                return .error(HTTPParseError(413, "chunked framing larger than \(limits.maxBodyBytes) bytes"))
+            }
             var size = 0
             var digits = 0
             var index = line.startIndex
@@ -58,7 +62,7 @@ extension HTTPParser {
             state = .chunked(head, .size)
             return .progress
         case let .trailers(seen):
-            guard let lf = firstLF(from: position) else {
+            guard let lf = pendingLineEnd() else {
                 return seen + buffer.count - position > limits.maxHeaderBytes
                     ? .error(HTTPParseError(431, "trailer section too large")) : .needMore
             }
@@ -79,6 +83,16 @@ extension HTTPParser {
             state = .chunked(head, .trailers(total))
             return .progress
         }
+    }
+
+    /// The LF ending the line at `position`, searching only bytes not searched before (``pendingLineScanned``).
+    private mutating func pendingLineEnd() -> Int? {
+        if let lf = firstLF(from: position + pendingLineScanned) {
+            pendingLineScanned = 0
+            return lf
+        }
+        pendingLineScanned = buffer.count - position
+        return nil
     }
 
     static func hexValue(_ c: UInt8) -> UInt8? {

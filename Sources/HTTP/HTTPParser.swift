@@ -51,6 +51,12 @@ public struct HTTPParser {
     var state: State = .head
     var body: [UInt8] = []
     private var continueRequested = false
+    /// Bytes of a chunked body's size lines so far (extensions included): bounded like its data
+    /// (``HTTPLimits/maxBodyBytes``), so the framing of a body cannot be a gigabyte of wire while its data stays small.
+    var chunkFramingBytes = 0
+    /// Bytes after `position` already searched for the LF that ends a chunk-size or trailer line, so that a line
+    /// trickling in is searched only in its new bytes (an offset from `position`: it survives the buffer's trimming).
+    var pendingLineScanned = 0
 
     public init(limits: HTTPLimits = HTTPLimits()) { self.limits = limits }
 
@@ -65,11 +71,45 @@ public struct HTTPParser {
 
     public mutating func append(_ bytes: some Collection<UInt8>) {
         if position > 0 && position == buffer.count {
-            buffer.removeAll(keepingCapacity: true)
-            position = 0
+            emptyBuffer()
             resetScans()
+        } else if position >= HTTPParser.consumedBytesKept {
+            // Parsed bytes are dropped as they pile up: a buffer whose reads each end part-way through a line never
+            // empties, and it kept every byte parsed before (a gigabyte of chunk extensions under a 1 MiB body, or
+            // of empty lines before a request line, each read ending on a CR).
+            dropParsedBytes()
         }
         buffer.append(contentsOf: bytes)
+    }
+
+    /// Bytes parsed and still held (they are dropped once there are ``consumedBytesKept`` of them).
+    public var parsedBytesHeld: Int { position }
+
+    /// Moves the unparsed bytes to the buffer's start; the pending head's scans move with them.
+    private mutating func dropParsedBytes() {
+        let dropped = position
+        let stale = scanned < position
+        buffer.removeFirst(dropped)
+        position = 0
+        if stale {
+            resetScans()
+        } else {
+            scanned -= dropped
+            headChecked = max(0, headChecked - dropped)
+            lineEndScanned = max(0, lineEndScanned - dropped)
+            lineEnd = lineEnd.flatMap { $0 >= dropped ? $0 - dropped : nil }
+        }
+    }
+
+    /// Parsed bytes the buffer may hold before they are dropped (``append(_:)``).
+    static let consumedBytesKept = 4 * 1024
+    /// Capacity an empty buffer keeps for the connection's next request; a larger one (a body of a megabyte) is
+    /// released, so an idle keep-alive connection does not hold the size of its largest request.
+    static let capacityKept = 64 * 1024
+
+    private mutating func emptyBuffer() {
+        buffer.removeAll(keepingCapacity: buffer.capacity <= HTTPParser.capacityKept)
+        position = 0
     }
 
     /// Advances the parser as far as the buffered bytes allow.
@@ -139,9 +179,10 @@ public struct HTTPParser {
         state = .head
         body = []
         continueRequested = false
+        chunkFramingBytes = 0
+        pendingLineScanned = 0
         if position == buffer.count {
-            buffer.removeAll(keepingCapacity: true)
-            position = 0
+            emptyBuffer()
         } else if position > 64 * 1024 {
             buffer.removeFirst(position)
             position = 0

@@ -5,7 +5,8 @@ import HTTP
 // one error and never crashes. The first byte picks a read size; the requests, and whether the input is refused, must be
 // the same whether it arrives whole or in reads of that size, since a client chooses how its bytes are split. Which
 // status a refusal carries may differ: a head that is both too long and holds a NUL is refused by whichever check its
-// bytes reach first (414 or 400), and the connection closes either way.
+// bytes reach first (414 or 400), and the connection closes either way. Whatever the reads, the parser never holds more
+// than a few kilobytes it has already parsed (docs/security.md, class 18).
 struct Outcome: Equatable {
     var requests: [String] = []
     var refused = false
@@ -48,6 +49,7 @@ Fuzzer.run { bytes in
     while offset < input.endIndex {
         let end = min(offset + step, input.endIndex)
         split.append(input[offset..<end])
+        precondition(split.parsedBytesHeld < 4096, "the parser holds \(split.parsedBytesHeld) bytes it has parsed")
         offset = end
         guard drain(&split, into: &splitOutcome) else { break }
     }
