@@ -5,50 +5,6 @@ import Glibc
 import Registry
 import Synchronization
 
-/// The system's resolver (`getaddrinfo`), each look-up on a queue (a thread) of its own: at most ``maxInFlight``
-/// look-ups at once in the process. `getaddrinfo` blocks its thread for as long as the name's servers take: a caller
-/// adding linked services whose names answer slowly could otherwise start a thread a name. Beyond the bound a
-/// look-up fails at once, as one that timed out would: adding a service then goes on without the early check (each
-/// delivery checks the address it connects to), and a delivery is retried later.
-public struct SystemResolver: HostResolver {
-    public static let maxInFlight = 8
-    static let inFlight = Atomic<Int>(0)
-
-    public init() {}
-
-    public func resolve(_ host: String) async throws -> [IPAddress] {
-        guard Self.inFlight.add(1, ordering: .relaxed).newValue <= Self.maxInFlight else {
-            Self.inFlight.subtract(1, ordering: .relaxed)
-            throw RegistryError(.unavailable, "too many name look-ups under way; retry later")
-        }
-        return try await withCheckedThrowingContinuation { continuation in
-            // A queue of its own, not the global one: getaddrinfo blocks for as long as the resolver takes, and blocked
-            // global-queue threads delay every Task.sleep of the process (docs/security.md, class 16).
-            DispatchQueue(label: "delivery.resolve").async {
-                defer { Self.inFlight.subtract(1, ordering: .relaxed) }
-                var hints = addrinfo()
-                hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-                var list: UnsafeMutablePointer<addrinfo>?
-                let status = getaddrinfo(host, nil, &hints, &list)
-                guard status == 0, let first = list else {
-                    continuation.resume(throwing: RegistryError(.notFound, "the name does not resolve"))
-                    return
-                }
-                defer { freeaddrinfo(first) }
-                var addresses: [IPAddress] = []
-                var node: UnsafeMutablePointer<addrinfo>? = first
-                while let entry = node {
-                    if let address = Sockaddr.ip(entry.pointee.ai_addr), !addresses.contains(address) {
-                        addresses.append(address)
-                    }
-                    node = entry.pointee.ai_next
-                }
-                continuation.resume(returning: addresses)
-            }
-        }
-    }
-}
-
 /// Posts deletion notices over sockets of its own, so that what is checked is what is connected to: the endpoint's
 /// host is resolved, every address is checked (``EndpointPolicy``), and the connection goes to a checked address
 /// (no second resolution for an attacker's DNS to answer differently). Redirects are not followed (a 3xx is a
@@ -73,13 +29,15 @@ public struct SocketDeliveryTransport: DeliveryTransport {
         self.trustAnchors = trustAnchors
     }
 
-    public func post(endpoint: String, body: [UInt8], headers: [(String, String)]) async -> DeliveryResponse {
+    public func post(endpoint: String, body: [UInt8], headers: [(String, String)], project: String) async
+        -> DeliveryResponse
+    {
         let started = ContinuousClock.now
         let target: Endpoint
         let addresses: [IPAddress]
         do {
             target = try Endpoint(endpoint)
-            addresses = try await policy.addresses(of: target, resolver: resolver)
+            addresses = try await policy.addresses(of: target, resolver: resolver, for: project)
         } catch let error as RegistryError where error.kind == .invalidArgument {
             return .failed("refused destination (not a public address)")
         } catch {

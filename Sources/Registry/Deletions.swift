@@ -230,6 +230,11 @@ public struct DeletionService: Sendable {
         return bytes.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == UInt8(ascii: "-") }
     }
 
+    /// What a project past its linked services is answered (the stores answer the same under their lock).
+    static func tooManyServices(_ limit: Int) -> RegistryError {
+        RegistryError(.resourceExhausted, "a project may have at most \(limit) linked services", field: "name")
+    }
+
     /// How long a rotated-out secret keeps signing and verifying.
     public static let secretOverlap: TimeInterval = 86_400
 
@@ -242,10 +247,17 @@ public struct DeletionService: Sendable {
         guard DeletionService.isValidServiceName(name) else {
             throw RegistryError.invalid("name", "1-63 lower-case letters, digits and hyphens, starting with a letter")
         }
+        // What the store would refuse anyway is refused before the name is looked up: a look-up can take the
+        // resolver's whole time-out, and a request bound to fail must not hold one of the project's look-ups.
+        let existing = try await store.linkedServices(projectID: projectID)
+        if existing.contains(where: { $0.name == name }) {
+            throw RegistryError(.alreadyExists, "linked service \(name) already exists")
+        }
+        if existing.count >= policy.maxLinkedServices { throw DeletionService.tooManyServices(policy.maxLinkedServices) }
         // Refused when the host is, or resolves to, an address inside; a name that does not resolve now is checked
         // again at every delivery, after resolution, against the address actually connected to.
         do {
-            _ = try await policy.endpoints.addresses(of: try Endpoint(endpoint), resolver: resolver)
+            _ = try await policy.endpoints.addresses(of: try Endpoint(endpoint), resolver: resolver, for: projectID)
         } catch let error as RegistryError where error.kind == .invalidArgument {
             throw error
         } catch {}

@@ -121,8 +121,11 @@ public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
 
 /// Resolves a host name to addresses (the domain does no I/O; the API provides the system's resolver).
 public protocol HostResolver: Sendable {
+    /// Resolves `host` on behalf of `owner` (a project): a resolver with a bounded number of look-ups at once gives
+    /// each owner a share of them, so one project's slow names cannot hold every other project's look-ups up.
+    ///
     /// - Throws: when the name does not resolve.
-    func resolve(_ host: String) async throws -> [IPAddress]
+    func resolve(_ host: String, for owner: String) async throws -> [IPAddress]
 }
 
 /// A linked service's endpoint, checked: an absolute http(s) URL whose host is not, and does not resolve to, an
@@ -253,7 +256,9 @@ public struct EndpointPolicy: Sendable {
     /// address is refused: which one a later resolution returns is the attacker's choice).
     ///
     /// - Throws: `.invalidArgument` naming `endpoint`.
-    public func addresses(of endpoint: Endpoint, resolver: any HostResolver) async throws -> [IPAddress] {
+    public func addresses(of endpoint: Endpoint, resolver: any HostResolver, for owner: String) async throws
+        -> [IPAddress]
+    {
         if let allowedHosts, !allowedHosts.contains(endpoint.host) {
             throw RegistryError.invalid("endpoint", "host \(endpoint.host.prefix(253)) is not in LINKED_SERVICE_HOSTS")
         }
@@ -261,7 +266,7 @@ public struct EndpointPolicy: Sendable {
         if let literal = IPAddress.literal(endpoint.host) {
             addresses = [literal]
         } else {
-            addresses = try await resolver.resolve(endpoint.host)
+            addresses = try await resolver.resolve(endpoint.host, for: owner)
         }
         guard !addresses.isEmpty, addresses.allSatisfy(permits) else {
             throw RegistryError.invalid(

@@ -15,7 +15,9 @@ public final class ScriptedTransport: DeliveryTransport {
 
     public var sent: [Sent] { state.withLock { $0.sent } }
 
-    public func post(endpoint: String, body: [UInt8], headers: [(String, String)]) async -> DeliveryResponse {
+    public func post(endpoint: String, body: [UInt8], headers: [(String, String)], project: String) async
+        -> DeliveryResponse
+    {
         state.withLock { s in
             s.sent.append((endpoint, body, headers))
             guard let next = s.scripts[endpoint]?.first else { return .status(200) }

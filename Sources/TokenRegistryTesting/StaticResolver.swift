@@ -6,7 +6,7 @@ public struct StaticResolver: HostResolver {
 
     public init(_ table: [String: [IPAddress]] = [:]) { self.table = table }
 
-    public func resolve(_ host: String) async throws -> [IPAddress] {
+    public func resolve(_ host: String, for owner: String) async throws -> [IPAddress] {
         guard let addresses = table[host.lowercased()] else { throw RegistryError(.notFound, "no such host") }
         return addresses
     }

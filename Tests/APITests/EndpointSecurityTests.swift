@@ -101,15 +101,15 @@ struct EndpointSecurityTests {
         let rebinding = StaticResolver(["rebind.example": [.v4(0x7f00_0001)]])
         let transport = SocketDeliveryTransport(policy: EndpointPolicy(), resolver: rebinding)
         let result = await transport.post(
-            endpoint: "http://rebind.example:\(receiver.port)/hook", body: [], headers: [])
+            endpoint: "http://rebind.example:\(receiver.port)/hook", body: [], headers: [], project: "p")
         #expect(result == .failed("refused destination (not a public address)"))
-        let literal = await transport.post(endpoint: "http://127.0.0.1:\(receiver.port)/hook", body: [], headers: [])
+        let literal = await transport.post(endpoint: "http://127.0.0.1:\(receiver.port)/hook", body: [], headers: [], project: "p")
         #expect(literal == .failed("refused destination (not a public address)"))
         #expect(receiver.accepted == 0)
         // Allowed for tests and development, it is delivered.
         let open = SocketDeliveryTransport(policy: EndpointPolicy(allowPrivate: true), resolver: rebinding)
         #expect(
-            await open.post(endpoint: "http://rebind.example:\(receiver.port)/hook", body: [], headers: [])
+            await open.post(endpoint: "http://rebind.example:\(receiver.port)/hook", body: [], headers: [], project: "p")
                 == .status(200))
         #expect(receiver.accepted == 1)
     }
@@ -120,30 +120,30 @@ struct EndpointSecurityTests {
         let redirect = try RawTCPServer(
             reply: Array("HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/\r\nContent-Length: 0\r\n\r\n".utf8))
         #expect(
-            await open.post(endpoint: "http://127.0.0.1:\(redirect.port)/", body: [], headers: [])
+            await open.post(endpoint: "http://127.0.0.1:\(redirect.port)/", body: [], headers: [], project: "p")
                 == .failed("redirect refused (HTTP 302)"))
         // A megabyte with no status line: at most 64 KiB is read, and it is a malformed answer.
         let flood = try RawTCPServer(reply: [UInt8](repeating: 0x41, count: 1 << 20))
         #expect(
-            await open.post(endpoint: "http://127.0.0.1:\(flood.port)/", body: [], headers: [])
+            await open.post(endpoint: "http://127.0.0.1:\(flood.port)/", body: [], headers: [], project: "p")
                 == .failed("malformed response"))
         // A status line then a huge body: the status counts, the body is not read.
         let big = try RawTCPServer(
             reply: Array("HTTP/1.1 202 Accepted\r\nContent-Length: 1048576\r\n\r\n".utf8)
                 + [UInt8](repeating: 0x42, count: 1 << 20))
-        #expect(await open.post(endpoint: "http://127.0.0.1:\(big.port)/", body: [], headers: []) == .status(202))
+        #expect(await open.post(endpoint: "http://127.0.0.1:\(big.port)/", body: [], headers: [], project: "p") == .status(202))
         // An answer that never comes: the attempt ends at its time limit.
         let silent = try RawTCPServer(reply: nil)
         let started = ContinuousClock.now
         #expect(
-            await impatient.post(endpoint: "http://127.0.0.1:\(silent.port)/", body: [], headers: [])
+            await impatient.post(endpoint: "http://127.0.0.1:\(silent.port)/", body: [], headers: [], project: "p")
                 == .failed("timed out")
         )
         #expect(ContinuousClock.now - started < .seconds(3))
         // Nothing listening.
         let closedPort = ServiceProcess.freePort()
         #expect(
-            await open.post(endpoint: "http://127.0.0.1:\(closedPort)/", body: [], headers: [])
+            await open.post(endpoint: "http://127.0.0.1:\(closedPort)/", body: [], headers: [], project: "p")
                 == .failed("connection failed"))
     }
 

@@ -74,7 +74,7 @@ struct TLSDeliveryTests {
         let transport = SocketDeliveryTransport(policy: open, trustAnchors: receiver.certificate)
         let result = await transport.post(
             endpoint: "https://127.0.0.1:\(receiver.port)/hook", body: Array("{\"fid\":\"f\"}".utf8),
-            headers: [("X-Probe", "signed")])
+            headers: [("X-Probe", "signed")], project: "p")
         #expect(result == .status(204))
         #expect(receiver.received == "signed|{\"fid\":\"f\"}")
     }
@@ -83,7 +83,7 @@ struct TLSDeliveryTests {
         let receiver = try await TLSReceiver(names: "IP:127.0.0.1")
         // The system's trust store does not hold this run's self-signed certificate.
         let transport = SocketDeliveryTransport(policy: open)
-        let result = await transport.post(endpoint: "https://127.0.0.1:\(receiver.port)/hook", body: [], headers: [])
+        let result = await transport.post(endpoint: "https://127.0.0.1:\(receiver.port)/hook", body: [], headers: [], project: "p")
         #expect(result == .failed("TLS failed"))
         #expect(receiver.received == nil)
     }
@@ -91,7 +91,7 @@ struct TLSDeliveryTests {
     @Test func aCertificateForAnotherNameIsRefused() async throws {
         let receiver = try await TLSReceiver(names: "DNS:elsewhere.example")
         let transport = SocketDeliveryTransport(policy: open, trustAnchors: receiver.certificate)
-        let result = await transport.post(endpoint: "https://127.0.0.1:\(receiver.port)/hook", body: [], headers: [])
+        let result = await transport.post(endpoint: "https://127.0.0.1:\(receiver.port)/hook", body: [], headers: [], project: "p")
         #expect(result == .failed("TLS failed"))
         #expect(receiver.received == nil)
     }

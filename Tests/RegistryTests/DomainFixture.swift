@@ -25,6 +25,8 @@ struct DomainFixture {
     let clock = ManualClock(Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)))
     let services: RegistryServices
     let transport = ScriptedTransport()
+    /// The names looked up, by whom.
+    let resolver = RecordingResolver()
     let project = Project(id: "demo-proj", number: 123)
     let web: App
     let optedOut: App
@@ -68,7 +70,7 @@ struct DomainFixture {
         policy.deliveryRunBudget = 300
         services = try await RegistryServices.make(
             stores: stores(clock), clock: clock, freshness: Freshness(staleDays: 30, expireDays: 270), policy: policy,
-            userPolicy: userPolicy, transport: transport, resolver: StaticResolver(), jobTime: databaseTime ? .database : .explicit(clock))
+            userPolicy: userPolicy, transport: transport, resolver: resolver, jobTime: databaseTime ? .database : .explicit(clock))
         _ = try await services.catalog.createProject(id: project.id, number: project.number)
         web = try await services.catalog.createApp(
             project: project, platform: .web, bundleID: nil, autoInitDefault: true)
@@ -153,5 +155,17 @@ struct DomainFixture {
 
     func members(_ topic: String) async throws -> [String] {
         try await services.targeting.members(projectID: project.id, topic: topic, after: nil, limit: 100).map(\.fid)
+    }
+}
+
+/// A resolver that resolves nothing and records every look-up asked of it (host, owner).
+final class RecordingResolver: HostResolver {
+    private let asked = Mutex<[(String, String)]>([])
+
+    var lookUps: [(host: String, owner: String)] { asked.withLock { $0 } }
+
+    func resolve(_ host: String, for owner: String) async throws -> [IPAddress] {
+        asked.withLock { $0.append((host, owner)) }
+        throw RegistryError(.notFound, "no such host")
     }
 }

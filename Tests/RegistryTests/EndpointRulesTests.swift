@@ -41,17 +41,17 @@ struct EndpointRulesTests {
             "mixed.example": [.v4(0x5db8_d822), .v4(0x7f00_0001)], "localhost": [.v4(0x7f00_0001)],
         ])
         let policy = EndpointPolicy()
-        #expect(try await policy.addresses(of: Endpoint("https://public.example/hook"), resolver: resolver).count == 1)
+        #expect(try await policy.addresses(of: Endpoint("https://public.example/hook"), resolver: resolver, for: "p").count == 1)
         for host in ["inside.example", "mixed.example", "localhost"] {
             await #expect(throws: RegistryError.self) {
-                _ = try await policy.addresses(of: Endpoint("https://\(host)/hook"), resolver: resolver)
+                _ = try await policy.addresses(of: Endpoint("https://\(host)/hook"), resolver: resolver, for: "p")
             }
         }
         let open = EndpointPolicy(allowPrivate: true)
-        #expect(try await open.addresses(of: Endpoint("http://localhost:8080/x"), resolver: resolver).count == 1)
+        #expect(try await open.addresses(of: Endpoint("http://localhost:8080/x"), resolver: resolver, for: "p").count == 1)
         let listed = EndpointPolicy(allowPrivate: true, allowedHosts: ["crm.example"])
         await #expect(throws: RegistryError.self) {
-            _ = try await listed.addresses(of: Endpoint("http://localhost/x"), resolver: resolver)
+            _ = try await listed.addresses(of: Endpoint("http://localhost/x"), resolver: resolver, for: "p")
         }
     }
 

@@ -251,8 +251,14 @@ struct HardeningTests {
         try await DomainFixture.with(kind) { f in
             let limit = f.services.deletions.policy.maxLinkedServices
             for n in 0..<limit { try await f.link("s\(n)") }
+            #expect(f.resolver.lookUps.count == limit && f.resolver.lookUps.allSatisfy { $0.owner == f.project.id })
             let error = await #expect(throws: RegistryError.self) { try await f.link("one-more") }
             #expect(error?.kind == .resourceExhausted)
+            // Neither an add past the limit nor one of a name taken looks its host up (a look-up can take the
+            // resolver's whole time-out, and holds one of the project's look-ups: class 14).
+            let taken = await #expect(throws: RegistryError.self) { try await f.link("s0") }
+            #expect(taken?.kind == .alreadyExists)
+            #expect(f.resolver.lookUps.count == limit)
         }
     }
 

@@ -127,7 +127,8 @@ public struct DeliveryJob: Sendable {
             ]
             // The request that deleted the installation, followed into the linked service.
             if let traceparent = item.traceparent { headers.append(("traceparent", traceparent)) }
-            let response = await transport.post(endpoint: item.endpoint, body: body, headers: headers)
+            let response = await transport.post(
+                endpoint: item.endpoint, body: body, headers: headers, project: item.projectID)
             let now = try await clock.now()
             let outcome: DeliveryOutcome
             switch response {

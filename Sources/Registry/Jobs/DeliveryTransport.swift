@@ -9,7 +9,8 @@ public enum DeliveryResponse: Sendable, Equatable {
 
 /// Sends a signed deletion notice; the domain does not know HTTP, so the API layer provides this.
 public protocol DeliveryTransport: Sendable {
-    func post(endpoint: String, body: [UInt8], headers: [(String, String)]) async -> DeliveryResponse
+    /// Posts a notice of `project`'s to `endpoint` (the project is who the look-up of its host is counted against).
+    func post(endpoint: String, body: [UInt8], headers: [(String, String)], project: String) async -> DeliveryResponse
 }
 
 /// The `Registry-Signature` header: `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, message)>[,v1=…]`, one `v1` per
