@@ -112,21 +112,24 @@ public struct TargetingService: Sendable {
 
     /// Live registrations that satisfy `condition`, after FID `after`.
     ///
-    /// A condition that requires no topic of every target (`'a' in topics || 'b' in topics`, a `!`) is read from the
-    /// project's registrations, each tested, for as long as it takes to fill the page: on a large project, up to the
-    /// statement timeout. At most ``ProjectScans/perProject`` such pages of one project run at once on a replica;
-    /// another is refused (429, retried by the caller), so one project's conditions cannot hold the pool.
+    /// A condition that is more than the topics every target has (`'a' in topics || 'b' in topics`, a `!`, or
+    /// `'a' in topics && !('b' in topics)`) tests rows one by one for as long as it takes to fill the page: the
+    /// project's registrations, or the members of the topics it requires, which may be every installation of the
+    /// project. On a large project that is up to the statement timeout. At most ``ProjectScans/perProject`` such pages
+    /// of one project run at once on a replica; another is refused (429, retried by the caller), so one project's
+    /// conditions cannot hold the pool. Topics alone (`'a' in topics && 'b' in topics`) merge their indexes: not
+    /// limited.
     public func resolve(projectID: String, condition: Condition, after: String?, limit: Int) async throws -> [Target] {
         let now = clock.now()
         let page = filter(projectID: projectID, after: after, limit: limit, now: now)
-        guard condition.requiredTopics.topics.isEmpty else {
+        guard condition.requiredTopics.rest != nil else {
             return try await store.resolve(condition: condition, filter: page).map { target($0, now: now) }
         }
         guard scans.enter(projectID) else {
             throw RegistryError(
                 .resourceExhausted,
-                "at most \(ProjectScans.perProject) conditions that require no topic are resolved at once for a "
-                    + "project; retry, or and the condition with a topic every target has")
+                "at most \(ProjectScans.perProject) conditions that test each target (beyond topics every target has) "
+                    + "are resolved at once for a project; retry")
         }
         defer { scans.leave(projectID) }
         return try await store.resolve(condition: condition, filter: page).map { target($0, now: now) }
