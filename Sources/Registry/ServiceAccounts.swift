@@ -138,12 +138,14 @@ public struct ServiceAccountService: Sendable {
             let header = try? JSONParser.parse(parts.header), let claims = try? JSONParser.parse(parts.payload)
         else { throw Self.invalidGrant("the assertion is not a JWT") }
         guard header["alg"]?.stringValue == "RS256" else { throw Self.invalidGrant("the assertion must be RS256") }
-        guard let issuer = claims["iss"]?.stringValue, issuer.utf8.count <= 320 else {
+        // Both are looked up: text a key could not be (a control character, a NUL the database refuses) is no match,
+        // answered as OAuth answers every refused assertion.
+        guard let issuer = claims["iss"]?.stringValue, issuer.utf8.count <= 320, Identifiers.isPlainText(issuer) else {
             throw Self.invalidGrant("the assertion has no iss")
         }
         let account: ServiceAccount?
         if let kid = header["kid"]?.stringValue, kid.utf8.count <= 128 {
-            account = try await store.account(keyID: kid)
+            account = try await self.account(keyID: kid)
         } else {
             account = try await store.account(clientEmail: issuer)
         }

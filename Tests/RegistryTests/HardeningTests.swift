@@ -92,6 +92,29 @@ struct HardeningTests {
         }
     }
 
+    /// An assertion whose kid or iss holds text no key could (a NUL, which PostgreSQL refuses as 22021, a control
+    /// character) is refused as every bad assertion is, `.unauthenticated` (OAuth's invalid_grant), on both stores:
+    /// the kid went to the store unchecked and came back as the database's invalid argument.
+    @Test(arguments: StoreKind.available)
+    func assertionsNamingImpossibleKeysAreInvalidGrants(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let file = try await f.services.serviceAccounts.create(project: f.project, baseURL: "https://r.example")
+            let email = try #require(file["client_email"]?.stringValue)
+            let kid = try #require(file["private_key_id"]?.stringValue)
+            for (kid, iss) in [("\u{0}", email), (kid + "\u{0}", email), ("a\u{1}b", email), (nil, "x\u{0}@y"), (nil, "\u{7}")] {
+                var header: [(String, JSONValue)] = [("alg", "RS256")]
+                if let kid { header.append(("kid", .string(kid))) }
+                let claims = JSONValue.object([("iss", .string(iss)), ("aud", "https://r.example/token")]).encoded()
+                let assertion = Base64URL.encode(JSONValue.object(header).encoded()) + "." + Base64URL.encode(claims)
+                    + "." + Base64URL.encode([1, 2, 3])
+                let error = await #expect(throws: RegistryError.self) {
+                    _ = try await f.services.serviceAccounts.exchange(assertion: assertion)
+                }
+                #expect(error?.kind == .unauthenticated, "\(String(describing: kid)) \(iss): \(String(describing: error))")
+            }
+        }
+    }
+
     // MARK: - Class 8: credentials end
 
     @Test(arguments: StoreKind.available)
