@@ -165,8 +165,9 @@ public struct Authenticator: Sendable {
 
     /// The check-in of `Authorization: AidLogin …`, and (`withInstallation`) the installation of the auth token that
     /// came with it. A check-in the service does not know is enrolled when, and only when, a valid installation auth
-    /// token of the project comes with it (a device moved from Google gets its token on the first try); on its own it
-    /// is refused.
+    /// token of the project comes with it (a device moved from Google gets its token on the first register that carries
+    /// a token of this service: Google's own is refused until the SDK renews it, docs/clients.md); on its own it is
+    /// refused.
     func checkin(_ context: RequestContext, withInstallation: Bool) async throws -> CheckinCaller {
         let identity = try await checkins.identify(aidLogin: context.header("authorization"))
         let installation = withInstallation ? try await checkinInstallation(context) : nil

@@ -185,8 +185,14 @@ public final class TokenIssuer: Sendable {
             try await reloadOnce()
             current = ring.withLock { $0 }
         }
-        guard let key = current.keys[kid],
-            key.privateKey.publicKey.verify(signature: parts.signature, for: parts.signingInput),
+        guard let key = current.keys[kid] else {
+            // A well-formed token under a key this service never had: Google's, on a device that moved here with it.
+            // No SDK renews its token on a 401, so the answer says what the app must do (docs/clients.md).
+            throw RegistryError(
+                .unauthenticated,
+                "the installation auth token was not issued by this service; force a refresh (getToken(true))")
+        }
+        guard key.privateKey.publicKey.verify(signature: parts.signature, for: parts.signingInput),
             let claims = try? JSONParser.parse(parts.payload),
             let appID = claims["appId"]?.stringValue, let fid = claims["fid"]?.stringValue,
             let number = claims["projectNumber"]?.int64Value, let exp = claims["exp"]?.int64Value,

@@ -278,6 +278,35 @@ struct InstallationsTests {
         }
     }
 
+    /// A token Google signed (an ES256 JWT in FIS's shape, under a key this service never had), as a device that moved
+    /// here presents it for up to 7 days: refused 401, saying what the app must do (docs/clients.md, "Cutting over
+    /// from Google"); a token of ours under a key we hold but with a bad signature stays the plain refusal.
+    @Test func aTokenSignedElsewhereIsRefusedWithWhatToDo() async throws {
+        try await InProcessService.with { s in
+            let created = try await s.createInstallation()
+            let now = Int64(Date().timeIntervalSince1970)
+            let claims = JSONValue.object([
+                ("appId", .string(s.web.id)), ("exp", .int(now + 3600)), ("fid", .string(created.fid)),
+                ("projectNumber", .int(s.project.number)), ("iat", .int(now)),
+            ]).encoded()
+            let google = try JWS.sign(
+                header: JSONValue.object([("alg", "ES256"), ("kid", "google-fis-key"), ("typ", "JWT")]).encoded(),
+                payload: claims, key: try ES256PrivateKey.generate())
+            let consent = "/v1/projects/\(s.project.id)/installations/\(created.fid)/consent"
+            let refused = try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": google])
+            #expect(refused.status == 401)
+            #expect(refused.json?["error"]?["message"]?.stringValue?.contains("not issued by this service") == true)
+            let ours = try #require(JWS.parse(created.authToken))
+            let kid = try #require(try JSONParser.parse(ours.header)["kid"])
+            let forged = try JWS.sign(
+                header: JSONValue.object([("alg", "ES256"), ("kid", kid), ("typ", "JWT")]).encoded(), payload: claims,
+                key: try ES256PrivateKey.generate())
+            let bad = try await s.request("GET", consent, headers: ["x-goog-firebase-installations-auth": forged])
+            #expect(bad.status == 401)
+            #expect(bad.json?["error"]?["message"]?.stringValue == "the installation auth token is invalid or expired")
+        }
+    }
+
     @Test func rotatedKeysKeepOldTokensValid() async throws {
         try await InProcessService.with { s in
             let created = try await s.createInstallation()
