@@ -63,6 +63,24 @@ struct TopicsTests {
         }
     }
 
+    /// A registration the service does not know, on every v1 topic route: 404 with FCM's `UNREGISTERED` detail, which
+    /// firebase-admin reads before the status (so its error's code is UNREGISTERED, as a send's is).
+    @Test func anUnknownRegistrationIsUnregistered() async throws {
+        try await InProcessService.with { s in
+            let base = "/v1/projects/\(s.project.id)/registrations/nobody%3Aknows/topicSubscriptions"
+            for (method, path) in [
+                ("POST", base + "?topicName=news"), ("GET", base + "/news"), ("DELETE", base + "/news"),
+                ("DELETE", base + "/news?allow_missing=true"),
+            ] {
+                let r = try await s.request(method, path, headers: s.serverHeaders, json: [:])
+                #expect(r.status == 404, "\(method) \(path): \(r)")
+                let detail = r.json?["error"]?["details"]?.arrayValue?.first
+                #expect(detail?["errorCode"]?.stringValue == "UNREGISTERED", "\(method) \(path): \(r)")
+                #expect(detail?["@type"]?.stringValue == "type.googleapis.com/google.firebase.fcm.v1.FcmError")
+            }
+        }
+    }
+
     @Test func clientVerbsUseTheInstallationToken() async throws {
         try await InProcessService.with { s in
             let i = try await s.createInstallation()

@@ -32,9 +32,17 @@ struct TopicsController: Sendable {
             let fid = try await registrations.installationFID(
                 project: project, tokenOrFID: context.parameter("registration"))
         else {
-            throw APIError.notFound("registration \(context.parameter("registration").prefix(200)) not found")
+            // As FCM answers a token it does not know: firebase-admin reads the detail's errorCode before the status,
+            // so a caller pruning on UNREGISTERED (the send side's code) prunes here too.
+            var unknown = APIError.notFound("registration \(context.parameter("registration").prefix(200)) not found")
+            unknown.details = [TopicsController.fcmError("UNREGISTERED")]
+            throw unknown
         }
         return (project, fid)
+    }
+
+    static func fcmError(_ code: String) -> JSONValue {
+        ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": .string(code)]
     }
 
     static func topicName(_ raw: String?) throws -> String { try TopicService.name(raw, field: "topicName") }
@@ -77,9 +85,7 @@ struct TopicsController: Sendable {
             return try await topics.subscribe(project: project, fid: fid, topic: topic)
         } catch let error as RegistryError where error == TopicService.tooManyTopics {
             var tooMany = APIError(400, "FAILED_PRECONDITION", error.message)
-            tooMany.details = [
-                ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "TOO_MANY_TOPICS"]
-            ]
+            tooMany.details = [TopicsController.fcmError("TOO_MANY_TOPICS")]
             throw tooMany
         }
     }
