@@ -67,6 +67,8 @@ def main():
         **os.environ, "DATABASE_URL": db.url, "PORT": str(port), "HOST": "127.0.0.1", "LOG_LEVEL": "warning",
         "METRICS_TOKEN": TOKEN, "LINKED_SERVICE_ALLOW_PRIVATE": "true", "JOBS_INTERVAL_SECONDS": "1",
         "DELIVERY_BACKOFF_BASE_SECONDS": "1", "DELIVERY_BACKOFF_MAX_SECONDS": "1",
+        # A read pool (here on the primary itself), so that its gauges, which the dashboard reads, are exported.
+        "DATABASE_READ_URL": db.url,
     }
     service = subprocess.Popen([BIN, "serve"], env=env, stdout=open(f"{work}/service.log", "w"), stderr=subprocess.STDOUT)
     prometheus = None
