@@ -359,7 +359,9 @@ struct PostgresImportStore: ImportStore {
 
     /// A page in FID order: the installations, then each kind of row of all of them at once (seven statements a page,
     /// whatever its size).
-    func exportPage(projectID: String, after: String, limit: Int) async throws -> [ExportedInstallation] {
+    func exportPage(projectID: String, after: String, limit: Int, ledgerLimit: Int) async throws
+        -> [ExportedInstallation]
+    {
         let rows = try await db.query(
             """
             SELECT *, imported_from FROM installations WHERE project_id = \(projectID) AND fid > \(after)
@@ -391,15 +393,18 @@ struct PostgresImportStore: ImportStore {
                     policyVersion: try row.decode("policy_version"), source: try row.decode("source"),
                     actor: try row.require("actor", as: ConsentActor.self), updatedAt: try row.require("updated_at")))
         }
+        // The ledger has no bound: at most `ledgerLimit` entries of each installation, each read from the start of its
+        // range of `consent_events_subject`.
         for row in try await db.query(
-            "SELECT * FROM consent_events WHERE project_id = \(projectID) AND fid = ANY(\(fids)::text[]) ORDER BY fid, seq")
+            """
+            SELECT e.* FROM unnest(\(fids)::text[]) AS f(fid)
+            CROSS JOIN LATERAL (
+                SELECT * FROM consent_events WHERE project_id = \(projectID) AND fid = f.fid ORDER BY seq
+                LIMIT \(ledgerLimit)) e
+            ORDER BY e.fid, e.seq
+            """)
         {
-            items[try row.require("fid")]?.ledger.append(
-                ConsentEvent(
-                    sequence: try row.require("seq"), purpose: try row.require("purpose"),
-                    granted: try row.require("granted"), previous: try row.decode("previous"),
-                    actor: try row.require("actor", as: ConsentActor.self), source: try row.decode("source"),
-                    policyVersion: try row.decode("policy_version"), recordedAt: try row.require("recorded_at")))
+            items[try row.require("fid")]?.ledger.append(try Self.ledgerEntry(row))
         }
         for row in try await db.query(
             """
@@ -427,5 +432,22 @@ struct PostgresImportStore: ImportStore {
                     createdAt: try row.require("created_at"), refreshedAt: try row.require("refreshed_at")))
         }
         return order.compactMap { items[$0] }
+    }
+
+    func exportLedger(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws -> [ConsentEvent] {
+        try await db.query(
+            """
+            SELECT * FROM consent_events WHERE project_id = \(projectID) AND fid = \(fid) AND seq > \(sequence)
+            ORDER BY seq LIMIT \(limit)
+            """
+        ).map(Self.ledgerEntry)
+    }
+
+    static func ledgerEntry(_ row: PostgresRow) throws -> ConsentEvent {
+        ConsentEvent(
+            sequence: try row.require("seq"), purpose: try row.require("purpose"), granted: try row.require("granted"),
+            previous: try row.decode("previous"), actor: try row.require("actor", as: ConsentActor.self),
+            source: try row.decode("source"), policyVersion: try row.decode("policy_version"),
+            recordedAt: try row.require("recorded_at"))
     }
 }

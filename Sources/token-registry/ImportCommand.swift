@@ -103,8 +103,8 @@ enum ImportCommand {
             let out = FileHandle.standardOutput
             out.write(Data(RegistryExportFormat.header(projectID: project.id).encoded() + [10]))
             var buffer: [UInt8] = []
-            try await app.services.imports.export(project: project) { line in
-                buffer += line.encoded() + [10]
+            try await app.services.imports.export(project: project) { bytes in
+                buffer += bytes
                 if buffer.count > 1 << 20 {
                     out.write(Data(buffer))
                     buffer.removeAll(keepingCapacity: true)

@@ -135,9 +135,16 @@ struct ImportTests {
             _ = try await a.services.users.bind(project: a.project, fid: i.fid, userID: "round-trip")
             _ = try await a.installation(a.optedOut)
             _ = try await Self.run(a, [Self.android(3, seen: a.clock.now(), user: "u3")], format: .pinpoint)
-            var first: [String] = [RegistryExportFormat.header(projectID: a.project.id).text]
-            try await a.services.imports.export(project: a.project) { first.append($0.text) }
-            #expect(first.count == 4)
+            // One installation whose ledger is longer than a page of its page's read (and than a page of its own): its
+            // line is written in pieces, and reads back whole.
+            let talkative = try await a.installation()
+            let statements = ImportService.ledgerInline + ImportService.ledgerPage + 68
+            for n in 0..<statements { try await a.consent(talkative, n.isMultiple(of: 2)) }
+            let first = [RegistryExportFormat.header(projectID: a.project.id).text] + (try await Self.lines(of: a))
+            #expect(first.count == 5)
+            let long = try #require(first.compactMap { try? JSONParser.parse($0) }.first { $0["fid"]?.stringValue == talkative.fid })
+            #expect(long["consentLedger"]?.arrayValue?.count == statements + 1)
+            #expect(long["consentLedger"]?.arrayValue?.last?["granted"]?.boolValue == false)
             let apps = try await a.services.catalog.apps(projectID: a.project.id)
             try await DomainFixture.with(kind) { b in
                 for app in apps where try await b.services.catalog.app(id: app.id) == nil {
@@ -149,11 +156,18 @@ struct ImportTests {
                     try ImportFormatTests.rows(.registry, line).first ?? .skipped
                 }
                 let imported = try await Self.run(b, rows, format: .registry, key: nil)
-                #expect(imported.imported == 3, "\(imported)")
-                var second: [String] = [RegistryExportFormat.header(projectID: b.project.id).text]
-                try await b.services.imports.export(project: b.project) { second.append($0.text) }
+                #expect(imported.imported == 4, "\(imported)")
+                let second = [RegistryExportFormat.header(projectID: b.project.id).text] + (try await Self.lines(of: b))
                 #expect(second == first)
             }
         }
+    }
+
+    /// The project's export as lines: the bytes `export` writes, cut at each newline.
+    static func lines(of f: DomainFixture) async throws -> [String] {
+        var bytes: [UInt8] = []
+        try await f.services.imports.export(project: f.project) { bytes += $0 }
+        #expect(bytes.last == 10)
+        return bytes.split(separator: 10).map { String(decoding: $0, as: UTF8.self) }
     }
 }

@@ -30,7 +30,7 @@ struct ExportController {
         var response = HTTPResponse(status: 200, headers: ["content-type": "application/x-ndjson"])
         response.stream = ResponseBody { writer in
             try await writer.write(RegistryExportFormat.header(projectID: project.id).encoded() + [10])
-            try await imports.export(project: project) { line in try await writer.write(line.encoded() + [10]) }
+            try await imports.export(project: project) { bytes in try await writer.write(bytes) }
         }
         return response
     }

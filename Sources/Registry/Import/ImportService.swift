@@ -73,8 +73,13 @@ public protocol ImportStore: Sendable {
     ) async throws -> ImportCounts
     func run(projectID: String, key: String) async throws -> ImportRunState?
     func finish(projectID: String, key: String, rows: Int) async throws
-    /// A page of the project's installations with everything they hold, in FID order after `after`.
-    func exportPage(projectID: String, after: String, limit: Int) async throws -> [ExportedInstallation]
+    /// A page of the project's installations with everything they hold, in FID order after `after`; of each
+    /// installation's consent ledger, which has no bound, at most its first `ledgerLimit` entries (the rest are read
+    /// with ``exportLedger(projectID:fid:after:limit:)``).
+    func exportPage(projectID: String, after: String, limit: Int, ledgerLimit: Int) async throws
+        -> [ExportedInstallation]
+    /// A page of an installation's consent ledger: the entries after `sequence`, oldest first.
+    func exportLedger(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws -> [ConsentEvent]
 }
 
 /// Progress of an import, as it goes.
@@ -231,19 +236,54 @@ public struct ImportService: Sendable {
         return state
     }
 
-    /// The project's export, page by page: `write` gets each installation's line.
-    public func export(project: Project, pageSize: Int = 1000, _ write: (JSONValue) async throws -> Void)
+    /// Entries of an installation's consent ledger read with its page of installations; a longer ledger is read and
+    /// written a page of ``ledgerPage`` at a time, so one installation that re-sent its consent a million times is never
+    /// a million entries held at once (docs/security.md, class 17).
+    public static let ledgerInline = 32
+    public static let ledgerPage = 1000
+
+    /// The project's export, page by page: `write` gets the bytes of each installation's line, its newline included
+    /// (a line with a long ledger in several writes).
+    public func export(project: Project, pageSize: Int = 1000, _ write: ([UInt8]) async throws -> Void)
         async throws
     {
         var after = ""
         while true {
-            let page = try await store.exportPage(projectID: project.id, after: after, limit: pageSize)
+            let page = try await store.exportPage(
+                projectID: project.id, after: after, limit: pageSize, ledgerLimit: Self.ledgerInline + 1)
             let now = clock.now()
             for item in page {
-                try await write(RegistryExportFormat.line(item, freshness: freshness, at: now))
+                if item.ledger.count <= Self.ledgerInline {
+                    try await write(RegistryExportFormat.line(item, freshness: freshness, at: now).encoded() + [10])
+                } else {
+                    try await writeWithPagedLedger(item, projectID: project.id, at: now, write)
+                }
             }
             guard page.count == pageSize, let last = page.last else { return }
             after = last.installation.fid
         }
+    }
+
+    /// The line of an installation whose ledger is longer than ``ledgerInline``: its other members, then
+    /// `consentLedger` written a page at a time.
+    private func writeWithPagedLedger(
+        _ item: ExportedInstallation, projectID: String, at now: Date, _ write: ([UInt8]) async throws -> Void
+    ) async throws {
+        var head = RegistryExportFormat.line(item, freshness: freshness, at: now, ledger: false).encoded()
+        head.removeLast()  // the closing brace: the ledger follows
+        try await write(head + Array(#","consentLedger":["#.utf8))
+        var cursor: Int64 = 0
+        var first = true
+        while true {
+            let page = try await store.exportLedger(
+                projectID: projectID, fid: item.installation.fid, after: cursor, limit: Self.ledgerPage)
+            guard let last = page.last else { break }
+            let entries = page.map { RegistryExportFormat.ledgerEntry($0).encoded() }.joined(separator: [44])
+            try await write((first ? [] : [44]) + Array(entries))
+            first = false
+            guard page.count == Self.ledgerPage else { break }
+            cursor = last.sequence
+        }
+        try await write(Array("]}\n".utf8))
     }
 }

@@ -43,8 +43,11 @@ public enum RegistryExportFormat {
     static func time(_ date: Date?) -> JSONValue { date.map { .string(Timestamp.rfc3339($0)) } ?? .null }
     static func string(_ text: String?) -> JSONValue { text.map { .string($0) } ?? .null }
 
-    /// One installation's line; `freshness` judges its registration at `now`.
-    public static func line(_ e: ExportedInstallation, freshness: Freshness, at now: Date) -> JSONValue {
+    /// One installation's line; `freshness` judges its registration at `now`. With `ledger: false`, without its `consentLedger` (written after the rest, a page at
+    /// a time, by ``ImportService/export(project:pageSize:_:)``).
+    public static func line(_ e: ExportedInstallation, freshness: Freshness, at now: Date, ledger: Bool = true)
+        -> JSONValue
+    {
         let i = e.installation
         var registration: JSONValue = .null
         if let r = e.registration {
@@ -76,7 +79,7 @@ public enum RegistryExportFormat {
                 } ?? .null,
             ]
         }
-        return [
+        let line: JSONValue = [
             "fid": .string(i.fid), "appId": .string(i.appID), "sdkVersion": string(i.sdkVersion),
             "createTime": time(i.createdAt), "lastSeenTime": time(i.lastSeenAt), "importedFrom": string(e.importedFrom),
             "registration": registration,
@@ -95,17 +98,19 @@ public enum RegistryExportFormat {
                         "actor": .string($0.actor.rawValue), "updateTime": time($0.updatedAt),
                     ]
                 }),
-            "consentLedger": .array(
-                e.ledger.map {
-                    [
-                        "purpose": .string($0.purpose), "granted": .bool($0.granted),
-                        "previous": $0.previous.map { .bool($0) } ?? .null, "actor": .string($0.actor.rawValue),
-                        "source": string($0.source), "policyVersion": string($0.policyVersion),
-                        "recordTime": time($0.recordedAt),
-                    ]
-                }),
             "topics": .array(e.topics.map { ["topic": .string($0.topic), "createTime": time($0.createdAt)] }),
             "user": e.binding.map { ["userId": .string($0.userID), "bindTime": time($0.boundAt)] } ?? .null,
+        ]
+        guard ledger, case let .object(members) = line else { return line }
+        return .object(members + [("consentLedger", .array(e.ledger.map(ledgerEntry)))])
+    }
+
+    /// One entry of an installation's consent ledger, as a line holds it.
+    public static func ledgerEntry(_ c: ConsentEvent) -> JSONValue {
+        [
+            "purpose": .string(c.purpose), "granted": .bool(c.granted), "previous": c.previous.map { .bool($0) } ?? .null,
+            "actor": .string(c.actor.rawValue), "source": string(c.source), "policyVersion": string(c.policyVersion),
+            "recordTime": time(c.recordedAt),
         ]
     }
 

@@ -124,7 +124,15 @@ extension InMemoryStores: ImportStore {
         importRuns[projectID + "/" + key] = ImportRunState(rowsDone: rows, finished: true)
     }
 
-    public func exportPage(projectID: String, after: String, limit: Int) async throws -> [ExportedInstallation] {
+    public func exportLedger(projectID: String, fid: String, after sequence: Int64, limit: Int) async throws
+        -> [ConsentEvent]
+    {
+        Array((ledger[Key(projectID: projectID, fid: fid)] ?? []).filter { $0.sequence > sequence }.prefix(limit))
+    }
+
+    public func exportPage(projectID: String, after: String, limit: Int, ledgerLimit: Int) async throws
+        -> [ExportedInstallation]
+    {
         installations.filter { $0.key.projectID == projectID && $0.key.fid > after }.sorted { $0.key.fid < $1.key.fid }
             .prefix(limit).map { key, installation in
                 ExportedInstallation(
@@ -135,7 +143,7 @@ extension InMemoryStores: ImportStore {
                             createdAt: $0.value.createdAt, refreshedAt: $0.value.createdAt)
                     }.sorted { ($0.sender, $0.scope) < ($1.sender, $1.scope) },
                     consents: (consents[key] ?? [:]).values.sorted { $0.purpose < $1.purpose },
-                    ledger: ledger[key] ?? [],
+                    ledger: Array((ledger[key] ?? []).prefix(ledgerLimit)),
                     topics: (topics[key] ?? [:]).map { TopicSubscription(topic: $0.key, createdAt: $0.value) }
                         .sorted { $0.topic < $1.topic },
                     binding: userBindings[key]?.binding)
