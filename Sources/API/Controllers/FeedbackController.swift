@@ -8,6 +8,10 @@ import Registry
 struct FeedbackController: Sendable {
     let feedback: FeedbackService
     let metrics: Metrics
+    /// The hygiene report counts the project's registrations (seconds on ten million): one count a project at a time
+    /// and at most one every ``reportAge``, whoever asks; a breaker cleared here is shown at once.
+    let reports = SharedRounds<HygieneReport>(ttl: FeedbackController.reportAge)
+    static let reportAge: Duration = .seconds(30)
 
     func register(_ routes: inout Routes) {
         routes.add(.POST, "/v1/projects/{project}/feedback", .serverKey, audit: .resource("feedback.intake", "feedback"), intake)
@@ -161,7 +165,8 @@ struct FeedbackController: Sendable {
 
     /// `GET /v1/projects/{project}/hygiene`.
     func hygiene(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
-        let report = try await feedback.report(project: caller.project)
+        let (feedback, project) = (feedback, caller.project)
+        let report = try await reports.value(for: project.id) { try await feedback.report(project: project) }
         let states = ["active", "disabled", "retired"].map { ($0, JSONValue.int(Int64(report.byState[$0] ?? 0))) }
         let recent: [JSONValue] = FeedbackChannel.allCases.compactMap { channel in
             guard let counts = report.recent[channel] else { return nil }
@@ -202,6 +207,7 @@ struct FeedbackController: Sendable {
         }
         let confirm = try FieldReader(try context.jsonObject(allowEmpty: true)).bool("confirm") ?? false
         let cleared = try await feedback.clearBreaker(project: caller.project, channel: channel, confirm: confirm)
+        reports.forget(caller.project.id)
         return .json([
             "channel": .string(channel.rawValue), "state": "clear",
             "released": .int(Int64(cleared.released)), "retired": .int(Int64(cleared.retired)),
