@@ -12,6 +12,10 @@ struct ExportController {
     let users: UserService
     let imports: ImportService
     let clock: any WallClock
+    /// A project's export reads the whole project: one at a time for a project on a replica (429 beyond it).
+    let projectExports = StreamSlots(perProject: 1)
+    /// A person's or an installation's export holds one stream each: a few at a time for a project.
+    let subjectExports = StreamSlots(perProject: 4)
 
     func register(_ routes: inout Routes) {
         routes.add(
@@ -27,8 +31,10 @@ struct ExportController {
     func project(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let project = caller.project
         let imports = imports
+        let slot = try Self.take(projectExports, project, "an export of the project is under way; retry when it ends")
         var response = HTTPResponse(status: 200, headers: ["content-type": "application/x-ndjson"])
         response.stream = ResponseBody { writer in
+            defer { slot.release() }
             try await writer.write(RegistryExportFormat.header(projectID: project.id).encoded() + [10])
             try await imports.export(project: project) { bytes in try await writer.write(bytes) }
         }
@@ -40,9 +46,10 @@ struct ExportController {
     func user(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let userID = try UserService.validate(userID: context.parameter("userId"))
         let project = caller.project
+        let slot = try Self.take(subjectExports, project, "too many subject exports of the project under way; retry")
         let outline = try await exports.user(outline: project, userID: userID)
         let exports = exports
-        return document(
+        return document(slot: slot,
             project: project, subject: ["type": "user", "userId": .string(userID)],
             installations: { write in
                 var first = true
@@ -62,11 +69,13 @@ struct ExportController {
 
     func installation(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let fid = context.parameter("fid")
+        let slot = try Self.take(
+            subjectExports, caller.project, "too many subject exports of the project under way; retry")
         guard let export = try await exports.installation(project: caller.project, fid: fid) else {
             throw APIError.notFound("installation \(fid.prefix(64)) not found")
         }
         let exports = exports
-        return document(
+        return document(slot: slot,
             project: caller.project, subject: ["type": "installation", "fid": .string(fid)],
             installations: { write in try await Self.write(export, onlyUser: nil, exports: exports, to: write) },
             after: [])
@@ -74,8 +83,18 @@ struct ExportController {
 
     /// The document, streamed: its head members, `installations` as `items` writes them (the bytes of the array's
     /// elements and the commas between them), then `after`.
+    /// A slot of `slots` for `project`, or 429 RESOURCE_EXHAUSTED with `message`.
+    private static func take(_ slots: StreamSlots, _ project: Project, _ message: String) throws -> StreamSlots.Slot {
+        guard let slot = slots.take(project.id) else {
+            var error = APIError(429, "RESOURCE_EXHAUSTED", message)
+            error.headers.add(name: "retry-after", value: "5")
+            throw error
+        }
+        return slot
+    }
+
     private func document(
-        project: Project, subject: JSONValue,
+        slot: StreamSlots.Slot, project: Project, subject: JSONValue,
         installations items: @escaping @Sendable (_ write: ([UInt8]) async throws -> Void) async throws -> Void,
         after: [(String, JSONValue)]
     ) -> HTTPResponse {
@@ -94,6 +113,7 @@ struct ExportController {
         let closing = Array("]".utf8) + members(after) + Array("}".utf8)
         var response = HTTPResponse(status: 200, headers: ["content-type": "application/json; charset=utf-8"])
         response.stream = ResponseBody { writer in
+            defer { slot.release() }
             try await writer.write(opening)
             try await items { bytes in try await writer.write(bytes) }
             try await writer.write(closing)
