@@ -1,8 +1,8 @@
 import Synchronization
 
-/// Streams of a kind that a project may have under way at once on a replica (a project's export reads the whole
-/// project, a statement a page, for as long as the client reads). A slot is held by the response that streams: it is
-/// given back when that response is done with, whether its stream ran to the end, failed, or never started.
+/// Costly calls of a kind that a project may have under way at once on a replica: exports (a project's reads the whole
+/// project, a statement a page, for as long as the client reads) and erasures. A stream's slot is held by the response
+/// that streams: it is given back as the stream ends, or when the response is done with if it never started.
 final class StreamSlots: Sendable {
     let perProject: Int
     private let held = Mutex<[String: Int]>([:])

@@ -173,6 +173,29 @@ struct PeopleAPITests {
 
     /// The chain detects an edited, a deleted and a reordered entry, and a purge of an old segment leaves it
     /// verifiable from its new anchor.
+    /// Erasures of one project on a replica: two at a time. Two erasures queue behind the person's lock (held here by
+    /// another session); a third, of another person, is refused 429 at once rather than take a third connection; once
+    /// the lock is let go both finish, and the project may erase again.
+    @Test func aThirdErasureOfAProjectIsRefusedWhileTwoWait() async throws {
+        try await TestService.with { s in
+            let base = "/v1/projects/\(s.project.id)"
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query(
+                "SELECT pg_advisory_xact_lock(7627861, hashtext(\(s.project.id) || E'\\n' || 'erin'))::text AS held")
+            let first = Task { try await s.request("POST", "\(base)/users/erin:erase", headers: s.serverHeaders) }
+            let second = Task { try await s.request("POST", "\(base)/users/erin:erase", headers: s.serverHeaders) }
+            try await session.waitUntilBlocked(2)
+            let third = try await s.request("POST", "\(base)/users/frank:erase", headers: s.serverHeaders)
+            #expect(third.status == 429 && third.errorStatus == "RESOURCE_EXHAUSTED", "\(third)")
+            #expect(third.header("retry-after") != nil)
+            try await session.execute("COMMIT")
+            #expect(try await first.value.status == 200)
+            #expect(try await second.value.status == 200)
+            #expect(try await s.request("POST", "\(base)/users/frank:erase", headers: s.serverHeaders).status == 200)
+        }
+    }
+
     @Test func theChainDetectsAnEditedADeletedAndAReorderedEntry() async throws {
         let clock = ManualClock(Date())
         try await TestService.with(clock: clock) { s in

@@ -13,6 +13,9 @@ struct UsersController {
     let registrations: RegistrationService
     let consent: ConsentService
     let freshness: Freshness
+    /// An erasure is one transaction over everything the person was ever bound to (its statements each up to the
+    /// statement timeout): two at a time for a project on a replica, so one project's erasures cannot hold the pool.
+    let erasing = StreamSlots(perProject: 2)
 
     func register(_ routes: inout Routes) {
         let binding = "/v1/projects/{project}/installations/{fid}/user"
@@ -110,6 +113,12 @@ struct UsersController {
     }
 
     func erase(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
+        guard let slot = erasing.take(caller.project.id) else {
+            var error = APIError(429, "RESOURCE_EXHAUSTED", "two erasures of the project are under way; retry")
+            error.headers.add(name: "retry-after", value: "1")
+            throw error
+        }
+        defer { slot.release() }
         let receipt = try await erasures.erase(
             project: caller.project, userID: context.parameter("userId"), traceparent: context.trace.header)
         return .json(Self.json(receipt, project: caller.project))
