@@ -58,6 +58,7 @@ struct IndexedInputLimitTests {
         "audit_log.target_digest": 32,
         "deletions.fid_hmac": 32,
         "erasures.user_hmac": 32,
+        "overdue_deletions.fid_hmac": 32,
         "retired_fids.fid_hmac": 32,
         "server_keys.key_hash": 32,
         "user_binding_history.previous_user_hmac": 32,
