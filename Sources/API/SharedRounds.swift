@@ -1,10 +1,16 @@
 import Synchronization
 
-/// Answers that are costly to compute, shared by key: callers within `ttl` of a round's start get that round's
-/// answer (awaiting it if it still runs) instead of starting their own. A round that fails is not kept. The table
-/// holds only rounds younger than `ttl`, so it stays as large as the keys asked about lately.
+/// Answers that are costly to compute, shared by key: one round of a key runs at a time, and callers within `ttl` of
+/// a round's start get its answer (awaiting it if it still runs) instead of starting their own. A round still running
+/// past `ttl` is joined, not doubled. A round that fails is not kept. The table holds only rounds that run or are
+/// younger than `ttl`, so it stays as large as the keys asked about lately.
 final class SharedRounds<Value: Sendable>: Sendable {
-    typealias Round = (started: ContinuousClock.Instant, task: Task<Value, any Error>)
+    struct Round {
+        let started: ContinuousClock.Instant
+        let task: Task<Value, any Error>
+        var done = false
+    }
+
     let ttl: Duration
     private let rounds = Mutex<[String: Round]>([:])
 
@@ -13,9 +19,15 @@ final class SharedRounds<Value: Sendable>: Sendable {
     func value(for key: String, _ load: @escaping @Sendable () async throws -> Value) async throws -> Value {
         let round = rounds.withLock { rounds -> Round in
             let now = ContinuousClock.now
-            if let round = rounds[key], now - round.started < ttl { return round }
-            rounds = rounds.filter { now - $0.value.started < ttl }
-            let round = (started: now, task: Task { try await load() })
+            if let round = rounds[key], !round.done || now - round.started < ttl { return round }
+            rounds = rounds.filter { !$0.value.done || now - $0.value.started < ttl }
+            let started = now
+            let round = Round(
+                started: started,
+                task: Task {
+                    defer { self.finished(key, started) }
+                    return try await load()
+                })
             rounds[key] = round
             return round
         }
@@ -29,6 +41,12 @@ final class SharedRounds<Value: Sendable>: Sendable {
         }
     }
 
-    /// Drops `key`'s round: the next caller computes afresh.
+    private func finished(_ key: String, _ started: ContinuousClock.Instant) {
+        rounds.withLock { rounds in
+            if rounds[key]?.started == started { rounds[key]?.done = true }
+        }
+    }
+
+    /// Drops `key`'s round: the next caller computes afresh (alongside it, if it still runs).
     func forget(_ key: String) { rounds.withLock { $0[key] = nil } }
 }

@@ -4,7 +4,7 @@ import Registry
 import Synchronization
 
 /// The system's resolver (`getaddrinfo`), each look-up on a queue (a thread) of its own, admitted by
-/// ``LookUpSlots``: at most 8 look-ups at once in the process and 2 for one project. `getaddrinfo` blocks its thread
+/// ``LookUpSlots``: at most 16 look-ups at once in the process and 4 for one project. `getaddrinfo` blocks its thread
 /// for as long as the name's servers take: a caller adding linked services whose names answer slowly could otherwise
 /// start a thread a name, and with one bound for all, one project's slow names held every slot and every other
 /// project's deliveries failed their look-ups (docs/security.md, class 14). Beyond either bound a look-up fails at
@@ -61,8 +61,10 @@ public struct SystemResolver: HostResolver {
 
 /// Name look-ups under way: at most `total` at once, and at most `perOwner` for one owner (a project).
 public final class LookUpSlots: Sendable {
-    /// The process's: 8 at once, 2 a project.
-    public static let shared = LookUpSlots(total: 8, perOwner: 2)
+    /// The process's: 16 at once, and for one project as many as its deliveries in flight
+    /// (``DeletionPolicy/deliveriesPerProject``, 4), which start together: with fewer, a project's own notices were
+    /// refused their look-ups and recorded as failed ones.
+    public static let shared = LookUpSlots(total: 16, perOwner: DeletionPolicy().deliveriesPerProject)
 
     public let total: Int
     public let perOwner: Int

@@ -51,9 +51,9 @@ public struct HTTPParser {
     var state: State = .head
     var body: [UInt8] = []
     private var continueRequested = false
-    /// Bytes of a chunked body's size lines so far (extensions included): bounded like its data
-    /// (``HTTPLimits/maxBodyBytes``), so the framing of a body cannot be a gigabyte of wire while its data stays small.
-    var chunkFramingBytes = 0
+    /// Bytes of a chunked body's chunk extensions so far (``maxChunkExtensionBytes`` at most).
+    var chunkExtensionBytes = 0
+    static let maxChunkExtensionBytes = 64 * 1024
     /// Bytes after `position` already searched for the LF that ends a chunk-size or trailer line, so that a line
     /// trickling in is searched only in its new bytes (an offset from `position`: it survives the buffer's trimming).
     var pendingLineScanned = 0
@@ -179,7 +179,7 @@ public struct HTTPParser {
         state = .head
         body = []
         continueRequested = false
-        chunkFramingBytes = 0
+        chunkExtensionBytes = 0
         pendingLineScanned = 0
         if position == buffer.count {
             emptyBuffer()

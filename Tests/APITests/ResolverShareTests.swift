@@ -63,4 +63,11 @@ struct ResolverShareTests {
             try await Task.sleep(for: .milliseconds(5))
         }
     }
+
+    /// A project's deliveries start together (up to `deliveriesPerProject` a claim): its share of look-ups must hold
+    /// them all, or its own notices are refused their look-ups and recorded as failures (the share was 2, of 4).
+    @Test func aProjectsShareHoldsItsDeliveriesInFlight() {
+        #expect(LookUpSlots.shared.perOwner >= DeletionPolicy().deliveriesPerProject)
+        #expect(LookUpSlots.shared.total >= 4 * LookUpSlots.shared.perOwner)
+    }
 }

@@ -43,4 +43,18 @@ struct SharedRoundsTests {
         try await Task.sleep(for: ttl + .milliseconds(100))
         #expect(try await rounds.value(for: "p") { 3 } == 3)
     }
+
+    /// A round still running past its age is joined, not run twice beside itself (a count slower than the age, polled).
+    @Test func aRoundStillRunningPastItsAgeIsJoined() async throws {
+        let rounds = SharedRounds<Int>(ttl: .milliseconds(10))
+        let slow = Task {
+            try await rounds.value(for: "p") {
+                try await Task.sleep(for: .milliseconds(300))
+                return 1
+            }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(try await rounds.value(for: "p") { 2 } == 1)
+        #expect(try await slow.value == 1)
+    }
 }
