@@ -4,9 +4,9 @@ import Registry
 import Synchronization
 import Testing
 
-/// Name look-ups block a thread each for as long as the name's servers take, so they are bounded: 8 at once in the
-/// process and 2 for one project (docs/security.md, class 14). One project whose names never answer held all 8, and
-/// every other project's deliveries failed their look-ups.
+/// Name look-ups block a thread each for as long as the name's servers take, so they are bounded: 16 at once in the
+/// process and 4 for one project (docs/security.md, class 14); the test below uses 8 and 2. One project whose names
+/// never answer held all of the one bound there was, and every other project's deliveries failed their look-ups.
 @Suite("Resolver shares")
 struct ResolverShareTests {
     /// Look-ups of `*.slow.example` block until released, as a name whose servers never answer does; others answer.
