@@ -22,6 +22,13 @@ public struct APIError: Error, Sendable {
     public static func unauthenticated(_ message: String) -> APIError { APIError(401, "UNAUTHENTICATED", message) }
     public static func permissionDenied(_ message: String) -> APIError { APIError(403, "PERMISSION_DENIED", message) }
 
+    /// 429 RESOURCE_EXHAUSTED with `Retry-After`: a limit of the caller's is reached for now.
+    public static func exhausted(_ message: String, retryAfter seconds: Int) -> APIError {
+        var error = APIError(429, "RESOURCE_EXHAUSTED", message)
+        error.headers.add(name: "retry-after", value: String(seconds))
+        return error
+    }
+
     /// The one place where errors from every layer become statuses.
     public static func from(_ error: any Error) -> APIError {
         switch error {

@@ -19,6 +19,12 @@ final class StreamSlots: Sendable {
         return taken ? Slot(project: project, slots: self) : nil
     }
 
+    /// A slot of `project`'s, or 429 RESOURCE_EXHAUSTED with `message` and `Retry-After`.
+    func take(_ project: String, or message: String, retryAfter seconds: Int) throws -> Slot {
+        guard let slot = take(project) else { throw APIError.exhausted(message, retryAfter: seconds) }
+        return slot
+    }
+
     /// Slots of `project` held now.
     func holding(_ project: String) -> Int { held.withLock { $0[project] ?? 0 } }
 

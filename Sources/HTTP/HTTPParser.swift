@@ -181,12 +181,8 @@ public struct HTTPParser {
         continueRequested = false
         chunkExtensionBytes = 0
         pendingLineScanned = 0
-        if position == buffer.count {
-            emptyBuffer()
-        } else if position > 64 * 1024 {
-            buffer.removeFirst(position)
-            position = 0
-        }
+        // Pipelined bytes after this request stay where they are: the next append drops what is parsed.
+        if position == buffer.count { emptyBuffer() }
         resetScans()
         return .request(request)
     }

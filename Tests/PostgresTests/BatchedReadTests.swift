@@ -10,16 +10,23 @@ import TokenRegistryTesting
 struct BatchedReadTests {
     func withDatabase(_ body: (String) async throws -> Void) async throws { try await TestDatabase.with(body) }
 
+    /// A pool of four connections whose reads leave the queue after `readQueueLimit`, and the database's URL.
+    func withPool(readQueueLimit: Duration, _ body: (PostgresPool, String) async throws -> Void) async throws {
+        try await withDatabase { url in
+            var configuration = PostgresPool.Configuration(conninfo: url, maxConnections: 4)
+            configuration.readQueueLimit = readQueueLimit
+            let pool = PostgresPool(configuration)
+            defer { pool.close() }
+            try await body(pool, url)
+        }
+    }
+
     /// Forced interleaving for batched reads: another session holds the table in ACCESS EXCLUSIVE mode, so the first
     /// two reads (the lane's slots) block in the database and the rest queue in the pool. Released, the queued reads
     /// go out in one round trip, each a transaction of its own: each answers its own row, and a read that fails
     /// (division by zero) fails alone while the others of its batch answer, none run twice.
     @Test func queuedReadsShareARoundTripAndABadOneFailsAlone() async throws {
-        try await withDatabase { url in
-            var configuration = PostgresPool.Configuration(conninfo: url, maxConnections: 4)
-            configuration.readQueueLimit = .seconds(30)
-            let pool = PostgresPool(configuration)
-            defer { pool.close() }
+        try await withPool(readQueueLimit: .seconds(30)) { pool, url in
             try await pool.query("CREATE TABLE r (k int PRIMARY KEY, v text)")
             try await pool.query("INSERT INTO r SELECT n, 'v' || n FROM generate_series(0, 29) AS n")
             let second = try await SecondSession(conninfo: url)
@@ -107,11 +114,7 @@ struct BatchedReadTests {
     /// batch slots, blocked. A read of another table queued behind them leaves the queue at the read queue limit and
     /// runs alone, answering while the lock is still held (it waited for the lock to go before).
     @Test func aReadQueuedBehindBlockedBatchesRunsAlone() async throws {
-        try await withDatabase { url in
-            var configuration = PostgresPool.Configuration(conninfo: url, maxConnections: 4)
-            configuration.readQueueLimit = .milliseconds(100)
-            let pool = PostgresPool(configuration)
-            defer { pool.close() }
+        try await withPool(readQueueLimit: .milliseconds(100)) { pool, url in
             try await pool.query("CREATE TABLE locked (k int PRIMARY KEY)")
             try await pool.query("CREATE TABLE free (k int PRIMARY KEY)")
             try await pool.query("INSERT INTO free VALUES (1)")

@@ -53,11 +53,9 @@ struct ConsentController {
             purpose: purpose, granted: granted, policyVersion: try body.text("policyVersion", maxBytes: 128),
             source: try body.text("source", maxBytes: 128), actor: actor)
         if let wait = perInstallation.acquire(installation.projectID + "/" + installation.fid) {
-            var error = APIError(
-                429, "RESOURCE_EXHAUSTED",
-                "too many consent statements for installation \(installation.fid); retry after \(wait) s")
-            error.headers.add(name: "retry-after", value: String(wait))
-            throw error
+            throw APIError.exhausted(
+                "too many consent statements for installation \(installation.fid); retry after \(wait) s",
+                retryAfter: wait)
         }
         let (state, previous) = try await consent.record(installation: installation, change: change)
         var json = ConsentController.json(state)

@@ -31,7 +31,8 @@ struct ExportController {
     func project(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let project = caller.project
         let imports = imports
-        let slot = try Self.take(projectExports, project, "an export of the project is under way; retry when it ends")
+        let slot = try projectExports.take(
+            project.id, or: "an export of the project is under way; retry when it ends", retryAfter: 5)
         var response = HTTPResponse(status: 200, headers: ["content-type": "application/x-ndjson"])
         response.stream = ResponseBody { writer in
             defer { slot.release() }
@@ -46,7 +47,8 @@ struct ExportController {
     func user(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let userID = try UserService.validate(userID: context.parameter("userId"))
         let project = caller.project
-        let slot = try Self.take(subjectExports, project, "too many subject exports of the project under way; retry")
+        let slot = try subjectExports.take(
+            project.id, or: "too many subject exports of the project under way; retry", retryAfter: 5)
         let outline = try await exports.user(outline: project, userID: userID)
         let exports = exports
         return document(slot: slot,
@@ -69,8 +71,8 @@ struct ExportController {
 
     func installation(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let fid = context.parameter("fid")
-        let slot = try Self.take(
-            subjectExports, caller.project, "too many subject exports of the project under way; retry")
+        let slot = try subjectExports.take(
+            caller.project.id, or: "too many subject exports of the project under way; retry", retryAfter: 5)
         guard let export = try await exports.installation(project: caller.project, fid: fid) else {
             throw APIError.notFound("installation \(fid.prefix(64)) not found")
         }
@@ -83,16 +85,6 @@ struct ExportController {
 
     /// The document, streamed: its head members, `installations` as `items` writes them (the bytes of the array's
     /// elements and the commas between them), then `after`.
-    /// A slot of `slots` for `project`, or 429 RESOURCE_EXHAUSTED with `message`.
-    private static func take(_ slots: StreamSlots, _ project: Project, _ message: String) throws -> StreamSlots.Slot {
-        guard let slot = slots.take(project.id) else {
-            var error = APIError(429, "RESOURCE_EXHAUSTED", message)
-            error.headers.add(name: "retry-after", value: "5")
-            throw error
-        }
-        return slot
-    }
-
     private func document(
         slot: StreamSlots.Slot, project: Project, subject: JSONValue,
         installations items: @escaping @Sendable (_ write: ([UInt8]) async throws -> Void) async throws -> Void,
@@ -131,34 +123,19 @@ struct ExportController {
     ) async throws {
         var head = json(export, onlyUser: onlyUser).encoded()
         head.removeLast()  // its closing brace: the paged members follow
-        var first = true
-        /// Writes each page `next` reads after the place of the last item of the page before, as elements of the
-        /// array being written, until a page shorter than ``ExportService/pageSize``.
-        func pages<Item>(
-            _ next: (Int64) async throws -> [Item], place: (Item) -> Int64, json: (Item) -> JSONValue
-        ) async throws {
-            var cursor: Int64 = 0
-            while true {
-                let page = try await next(cursor)
-                guard let last = page.last else { return }
-                let elements = page.map { json($0).encoded() }.joined(separator: Array(",".utf8))
-                try await write((first ? [] : Array(",".utf8)) + Array(elements))
-                first = false
-                guard page.count == ExportService.pageSize else { return }
-                cursor = place(last)
-            }
-        }
         try await write(head + Array(#","consentLedger":["#.utf8))
-        try await pages({ try await exports.ledger(of: export, after: $0) }, place: \.sequence, json: json)
+        var ledger = PagedArrayWriter(pageSize: ExportService.pageSize)
+        try await ledger.pages(
+            { try await exports.ledger(of: export, after: $0) }, place: \.sequence, json: json, to: write)
         try await write(Array(#"],"events":["#.utf8))
-        first = true
-        try await pages(
+        var events = PagedArrayWriter(pageSize: ExportService.pageSize)
+        try await events.pages(
             { try await exports.events(of: export, after: $0) }, place: \.sequence,
-            json: { json($0, onlyUser: onlyUser) })
+            json: { json($0, onlyUser: onlyUser) }, to: write)
         // Then those not yet relayed, by their place in the outbox.
-        try await pages(
+        try await events.pages(
             { try await exports.pendingEvents(of: export, after: $0) }, place: \.id,
-            json: { json($0.event, onlyUser: onlyUser) })
+            json: { json($0.event, onlyUser: onlyUser) }, to: write)
         try await write(Array("]}".utf8))
     }
 

@@ -107,9 +107,7 @@ struct InstallationsController {
     private func limit(_ context: RequestContext, apiKey: String) throws {
         let address = ClientAddress.limiterKey(of: context.request, trustedProxyHops: createLimits.trustedProxyHops)
         if let wait = createLimits.perAddress.acquire(address) ?? createLimits.perKey.acquire(apiKey) {
-            var error = APIError(429, "RESOURCE_EXHAUSTED", "too many installations created; retry after \(wait) s")
-            error.headers.add(name: "retry-after", value: String(wait))
-            throw error
+            throw APIError.exhausted("too many installations created; retry after \(wait) s", retryAfter: wait)
         }
     }
 }

@@ -113,11 +113,8 @@ struct UsersController {
     }
 
     func erase(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
-        guard let slot = erasing.take(caller.project.id) else {
-            var error = APIError(429, "RESOURCE_EXHAUSTED", "two erasures of the project are under way; retry")
-            error.headers.add(name: "retry-after", value: "1")
-            throw error
-        }
+        let slot = try erasing.take(
+            caller.project.id, or: "two erasures of the project are under way; retry", retryAfter: 1)
         defer { slot.release() }
         let receipt = try await erasures.erase(
             project: caller.project, userID: context.parameter("userId"), traceparent: context.trace.header)

@@ -237,8 +237,8 @@ public struct ImportService: Sendable {
     }
 
     /// Entries of an installation's consent ledger read with its page of installations; a longer ledger is read and
-    /// written a page of ``ledgerPage`` at a time, so one installation that re-sent its consent a million times is never
-    /// a million entries held at once (docs/security.md, class 17).
+    /// written a page of ``ledgerPage`` at a time, so one installation that re-sent its consent a million times is
+    /// never a million entries held at once (docs/security.md, class 17).
     public static let ledgerInline = 32
     public static let ledgerPage = 1000
 
@@ -272,18 +272,11 @@ public struct ImportService: Sendable {
         var head = RegistryExportFormat.line(item, freshness: freshness, at: now, ledger: false).encoded()
         head.removeLast()  // the closing brace: the ledger follows
         try await write(head + Array(#","consentLedger":["#.utf8))
-        var cursor: Int64 = 0
-        var first = true
-        while true {
-            let page = try await store.exportLedger(
-                projectID: projectID, fid: item.installation.fid, after: cursor, limit: Self.ledgerPage)
-            guard let last = page.last else { break }
-            let entries = page.map { RegistryExportFormat.ledgerEntry($0).encoded() }.joined(separator: [44])
-            try await write((first ? [] : [44]) + Array(entries))
-            first = false
-            guard page.count == Self.ledgerPage else { break }
-            cursor = last.sequence
-        }
+        var ledger = PagedArrayWriter(pageSize: Self.ledgerPage)
+        let fid = item.installation.fid
+        try await ledger.pages(
+            { try await store.exportLedger(projectID: projectID, fid: fid, after: $0, limit: Self.ledgerPage) },
+            place: { (entry: ConsentEvent) in entry.sequence }, json: RegistryExportFormat.ledgerEntry, to: write)
         try await write(Array("]}\n".utf8))
     }
 }
