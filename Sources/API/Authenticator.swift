@@ -33,18 +33,18 @@ public struct Authenticator: Sendable {
         return try await catalog.project(reference) ?? Project(id: reference, number: -1)
     }
 
-    /// The app whose API key came with the request (`x-goog-api-key` or `?key=`); it must belong to `project`.
-    public func app(_ context: RequestContext, project: Project) async throws -> App {
+    /// The API key that came with the request (`x-goog-api-key` or `?key=`) and the apps that hold it; they must be
+    /// of `project`.
+    public func app(_ context: RequestContext, project: Project) async throws -> AppCaller {
         guard let key = Authenticator.apiKey(context.request) else {
             throw APIError.permissionDenied("an API key is required (x-goog-api-key)")
         }
-        guard let app = try await catalog.app(apiKey: key) else {
-            throw APIError.invalid("API key not valid. Please pass a valid API key.")
-        }
-        guard app.projectID == project.id else {
+        let apps = try await catalog.apps(apiKey: key)
+        guard let first = apps.first else { throw APIError.invalid("API key not valid. Please pass a valid API key.") }
+        guard first.projectID == project.id else {
             throw APIError.permissionDenied("the API key does not belong to this project")
         }
-        return app
+        return AppCaller(project: project, apiKey: key, apps: apps)
     }
 
     /// Checks an API key when one is sent (the refresh or auth token is then the real credential).

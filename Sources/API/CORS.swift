@@ -24,9 +24,10 @@ struct CORS: Sendable {
         router.handlersInOrder.filter { $0.browser && $0.template == template }.map(\.method)
     }
 
-    /// Whether `origin` may call for `app`, or, when the app is not known, for any app of the project.
-    func allows(origin: String, project: String?, app: App?) async -> Bool {
-        if let app { return app.allows(origin: origin) }
+    /// Whether `origin` may call for one of `apps` (the request's API key's, or its auth token's), or, when they are
+    /// not known, for any app of the project.
+    func allows(origin: String, project: String?, apps: [App]?) async -> Bool {
+        if let apps { return apps.contains { $0.allows(origin: origin) } }
         guard let project, let found = try? await catalog.project(project),
             let apps = try? await catalog.apps(projectID: found.id)
         else { return true }  // nothing to protect: the request will fail on its own, readably
@@ -41,7 +42,7 @@ struct CORS: Sendable {
             case let .found(route, parameters, template) = router.match(method: requested, path: request.path),
             route.browser, route.method == requested  // not a HEAD answered by a browser GET route
         else { return nil }
-        guard await allows(origin: origin, project: parameters["project"], app: nil) else {
+        guard await allows(origin: origin, project: parameters["project"], apps: nil) else {
             return APIError.permissionDenied("origin \(origin.prefix(100)) may not call this service").response
         }
         var response = HTTPResponse(status: 204)
@@ -64,17 +65,21 @@ struct CORS: Sendable {
         if let authorization = request.headers["authorization"], authorization.dropping(caseInsensitivePrefix: "bearer ") != nil {
             return
         }
-        guard await allows(origin: origin, project: parameters["project"], app: await app(of: request)) else { return }
+        guard await allows(origin: origin, project: parameters["project"], apps: await apps(of: request)) else { return }
         response.headers.add(name: "access-control-allow-origin", value: origin)
         response.headers.add(name: "access-control-expose-headers", value: "x-request-id, retry-after")
     }
 
-    /// The app a browser request speaks for: its API key's, or its installation auth token's.
-    private func app(of request: HTTPRequest) async -> App? {
-        if let key = Authenticator.apiKey(request), let app = try? await catalog.app(apiKey: key) { return app }
+    /// The apps a browser request speaks for: its API key's, or its installation auth token's; nil when neither
+    /// names one.
+    private func apps(of request: HTTPRequest) async -> [App]? {
+        if let key = Authenticator.apiKey(request), let apps = try? await catalog.apps(apiKey: key), !apps.isEmpty {
+            return apps
+        }
         guard let raw = request.headers["x-goog-firebase-installations-auth"],
-            let claims = try? await installations.tokens.verify(Authenticator.installationAuthToken(raw))
+            let claims = try? await installations.tokens.verify(Authenticator.installationAuthToken(raw)),
+            let app = try? await catalog.app(id: claims.appID)
         else { return nil }
-        return try? await catalog.app(id: claims.appID)
+        return [app]
     }
 }

@@ -114,6 +114,7 @@ public struct Configuration: Sendable {
         c.http.maxConnections = try reader.int("MAX_CONNECTIONS", default: 16_384, range: 1...1_000_000)
         c.http.maxConnectionsPerAddress = try reader.int(
             "MAX_CONNECTIONS_PER_ADDRESS", default: 0, range: 0...1_000_000)
+        c.http.connectionLimitKey = { ClientAddress.limiterKey($0) }
         c.http.limits.maxBodyBytes = try reader.int("MAX_BODY_BYTES", default: 1_048_576, range: 1024...64 * 1_048_576)
         c.http.limits.maxHeaderBytes = try reader.int("MAX_HEADER_BYTES", default: 32_768, range: 1024...1_048_576)
         c.http.limits.maxHeaderCount = try reader.int("MAX_HEADER_COUNT", default: 100, range: 8...10_000)

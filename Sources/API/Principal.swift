@@ -60,10 +60,13 @@ public struct Principal<Caller: Sendable>: Sendable {
 /// A caller that showed no credential.
 public struct Anyone: Sendable {}
 
-/// An app, by the API key it sent, of the path's project.
+/// An app of the path's project, by the API key it sent: every app that holds the key (Firebase's keys are one a
+/// platform, shipped by each app of it).
 public struct AppCaller: Sendable {
     public let project: Project
-    public let app: App
+    public let apiKey: String
+    /// The key's apps, in app ID order (never empty).
+    public let apps: [App]
 }
 
 /// An installation of the path's project, by its refresh token or auth token.
@@ -113,7 +116,7 @@ extension Principal where Caller == AppCaller {
     public static var apiKey: Principal {
         Principal([.apiKey]) { auth, context in
             let project = try await auth.project(context)
-            return AppCaller(project: project, app: try await auth.app(context, project: project))
+            return try await auth.app(context, project: project)
         }
     }
 }

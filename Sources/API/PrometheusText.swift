@@ -4,9 +4,12 @@ import Registry
 /// only this file knows the text format.
 enum PrometheusText {
     static func serverGauges(
-        open: Int, inFlight: Int, refused: Int, pendingOutput: Int, writeTimeouts: Int, protocolErrors: [Int: Int]
+        open: Int, inFlight: Int, refused: Int, pendingOutput: Int, reservedInput: Int, writeTimeouts: Int,
+        protocolErrors: [Int: Int]
     ) -> [String] {
         var lines = [
+            "# HELP http_large_request_bytes Bytes reserved by requests over 64 KiB on their way in (the input budget).",
+            "# TYPE http_large_request_bytes gauge", "http_large_request_bytes \(reservedInput)",
             "# HELP http_pending_output_bytes Answers written and not yet sent, over every connection.",
             "# TYPE http_pending_output_bytes gauge", "http_pending_output_bytes \(pendingOutput)",
             "# HELP http_write_timeouts_total Connections closed because their client did not read in time.",

@@ -13,7 +13,8 @@ final class ProcessState: Sendable {
         guard let server = server.withLock({ $0 }) else { return [] }
         return PrometheusText.serverGauges(
             open: server.openConnections, inFlight: server.inFlightRequests, refused: server.refusedConnections,
-            pendingOutput: server.pendingOutputBytes, writeTimeouts: server.writeTimeouts,
+            pendingOutput: server.pendingOutputBytes, reservedInput: server.reservedInputBytes,
+            writeTimeouts: server.writeTimeouts,
             protocolErrors: server.protocolErrors)
     }
 }

@@ -71,10 +71,12 @@ struct ConnectionState {
     var closesAfterWrite: Bool { phase == .closing }
 
     /// Whether the next buffered request may be parsed and dispatched: none is with its handler, the connection is
-    /// not ending, and its unsent answers are under their bound (backpressure).
-    func mayDispatch(pendingOutput: Int, maxPendingOutput: Int) -> Bool {
+    /// not ending, and its unsent answers are under their bound (backpressure). While the answers of every connection
+    /// together are over the process's budget (`outputOverBudget`), only a connection that has sent all of its own
+    /// goes on: a client that does not read holds no more than it already does.
+    func mayDispatch(pendingOutput: Int, maxPendingOutput: Int, outputOverBudget: Bool = false) -> Bool {
         switch phase {
-        case .idle, .reading: return pendingOutput < maxPendingOutput
+        case .idle, .reading: return pendingOutput < maxPendingOutput && !(outputOverBudget && pendingOutput > 0)
         case .handling, .streaming, .closing, .lingering: return false
         }
     }
@@ -195,13 +197,25 @@ struct ConnectionState {
     /// Whether the loop should wait for the socket to be readable and writable. Reading stops while the input waiting
     /// to be parsed, or the answers waiting to be sent, are at their bound (the kernel's buffers then fill and TCP
     /// holds the client back), and once the client ended its side.
-    func interest(pendingOutput: Int, bufferedInput: Int, maxPendingOutput: Int, maxBufferedInput: Int)
-        -> (read: Bool, write: Bool)
-    {
+    ///
+    /// Unparsed input beyond ``inputAllowance`` is read only for the request being received, up to
+    /// `maxBufferedInput`: not while a request is with its handler or its answer waits to be sent (requests pipelined
+    /// behind it wait in the kernel, not here). A request larger than the allowance waits for its share of the
+    /// process's budget (`waitsForInputBudget`: nothing is read meanwhile).
+    func interest(
+        pendingOutput: Int, bufferedInput: Int, maxPendingOutput: Int, maxBufferedInput: Int,
+        waitsForInputBudget: Bool = false
+    ) -> (read: Bool, write: Bool) {
+        let inputBound =
+            isHandling || isStreaming || pendingOutput > 0
+            ? min(ConnectionState.inputAllowance, maxBufferedInput) : maxBufferedInput
         let backPressure =
-            (bufferedInput > maxBufferedInput || pendingOutput >= maxPendingOutput) && !isLingering
+            (waitsForInputBudget || bufferedInput > inputBound || pendingOutput >= maxPendingOutput) && !isLingering
         return (!peerClosed && !backPressure, pendingOutput > 0)
     }
+
+    /// Input a connection may always hold: a request's head and a small body, or a few pipelined requests.
+    static let inputAllowance = 64 * 1024
 
     /// The timers a connection is bound by.
     struct Timeouts {

@@ -78,14 +78,41 @@ extension EventLoop {
         updateInterest(connection)
     }
 
+    /// A request that holds more than the allowance reads on only with its share of the process's input budget (the
+    /// bytes it will hold once whole), taken once and given back when it has been parsed; without one it waits.
+    private func reserveInput(_ connection: HTTPConnection) {
+        let held = connection.parser.heldBytes
+        if connection.reservedInput > 0 {
+            guard held <= ConnectionState.inputAllowance || connection.state.isHandling else { return }
+            core.releaseInput(connection.reservedInput)
+            connection.reservedInput = 0
+        }
+        connection.waitsForInputBudget = false
+        guard held > ConnectionState.inputAllowance, !connection.state.isHandling, !connection.state.isStreaming,
+            let needed = connection.parser.bytesNeeded
+        else { return }
+        if core.reserveInput(needed) {
+            connection.reservedInput = needed
+        } else {
+            connection.waitsForInputBudget = true
+        }
+    }
+
     func updateInterest(_ connection: HTTPConnection) {
         assertOnLoop()
         guard connections[connection.fd] === connection else { return }
         // RDHUP only with IN: level-triggered, a half-close reported while reading is paused (backpressure, a request
         // in flight after the peer closed) would wake the loop at once, again and again, with nothing it handles.
+        reserveInput(connection)
+        let buffered = connection.parser.bufferedBytes
+        if buffered != connection.countedInput {
+            core.bufferedInputBytes.add(buffered - connection.countedInput, ordering: .relaxed)
+            connection.countedInput = buffered
+        }
         let (read, write) = connection.state.interest(
             pendingOutput: connection.pendingOutput, bufferedInput: connection.parser.bufferedBytes,
-            maxPendingOutput: core.configuration.maxPendingOutputBytes, maxBufferedInput: Self.maxBufferedInput)
+            maxPendingOutput: core.configuration.maxPendingOutputBytes, maxBufferedInput: Self.maxBufferedInput,
+            waitsForInputBudget: connection.waitsForInputBudget)
         var wanted: UInt32 = 0
         if read { wanted |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
         if write { wanted |= EPOLLOUT.rawValue }
@@ -100,11 +127,15 @@ extension EventLoop {
         guard connections.removeValue(forKey: connection.fd) != nil else { return }
         failStreamWriter(connection)
         core.pendingOutputBytes.subtract(connection.pendingOutput, ordering: .relaxed)
+        core.releaseInput(connection.reservedInput)
+        connection.reservedInput = 0
+        core.bufferedInputBytes.subtract(connection.countedInput, ordering: .relaxed)
+        connection.countedInput = 0
         connection.output = []
         connection.outputOffset = 0
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, nil)
         close(connection.fd)
         core.openConnections.subtract(1, ordering: .relaxed)
-        core.release(HTTPServer.Core.address(of: connection.remote))
+        core.release(connection.remote)
     }
 }

@@ -9,6 +9,7 @@ extension EventLoop {
             requestMillis: configuration.requestTimeoutMillis, idleMillis: configuration.idleTimeoutMillis,
             writeMillis: configuration.writeTimeoutMillis, minBytesPerWritePeriod: configuration.minBytesPerWriteTimeout)
         for connection in Array(connections.values) {
+            if connection.waitsForInputBudget { updateInterest(connection) }
             switch connection.state.expired(
                 now: now, timeouts: timeouts, draining: draining, pendingOutput: connection.pendingOutput,
                 midRequest: connection.parser.isMidRequest)

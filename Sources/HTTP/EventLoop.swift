@@ -241,9 +241,8 @@ public final class EventLoop: @unchecked Sendable {
                 return
             }
             guard let (fd, remote) = accepted else { return }
-            let address = HTTPServer.Core.address(of: remote)
             guard core.openConnections.load(ordering: .relaxed) < core.configuration.maxConnections,
-                core.admit(address)
+                core.admit(remote)
             else {
                 // Counted before the answer goes out: a client that reads its 503 finds the refusal counted.
                 core.refusedConnections.add(1, ordering: .relaxed)
@@ -273,7 +272,8 @@ public final class EventLoop: @unchecked Sendable {
             if n > 0 {
                 input = connection.state.received(now: now)
                 if input == .parse { connection.parser.append(readBuffer[0..<n]) }
-                if n < readBuffer.count || connection.parser.bufferedBytes > Self.maxBufferedInput { break }
+                // Parse what came before reading more: the loop's level-triggered wait brings the rest.
+                if n < readBuffer.count || connection.parser.bufferedBytes > ConnectionState.inputAllowance { break }
             } else if n == 0 {
                 if connection.state.receivedEnd() {
                     closeConnection(connection)
@@ -298,7 +298,8 @@ public final class EventLoop: @unchecked Sendable {
     func process(_ connection: HTTPConnection, now: UInt64) {
         assertOnLoop()
         while connection.state.mayDispatch(
-            pendingOutput: connection.pendingOutput, maxPendingOutput: core.configuration.maxPendingOutputBytes)
+            pendingOutput: connection.pendingOutput, maxPendingOutput: core.configuration.maxPendingOutputBytes,
+            outputOverBudget: core.pendingOutputBytes.load(ordering: .relaxed) > core.configuration.maxPendingOutputTotal)
         {
             switch connection.parser.next() {
             case .needMore:

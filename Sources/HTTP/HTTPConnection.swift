@@ -10,6 +10,13 @@ final class HTTPConnection {
     var outputOffset = 0
     /// The epoll events registered for it.
     var interest: UInt32 = 0
+    /// The share of the process's input budget its request in progress holds (``HTTPServer/Core/reservedInputBytes``);
+    /// 0 while it holds no more than the allowance.
+    var reservedInput = 0
+    /// Its unparsed input as last counted in the process's total (``HTTPServer/Core/bufferedInputBytes``).
+    var countedInput = 0
+    /// Reading is paused until the process's input budget has room for its request: the sweep looks again.
+    var waitsForInputBudget = false
 
     init(fd: Int32, id: UInt64, remote: String, limits: HTTPLimits, now: UInt64) {
         self.fd = fd

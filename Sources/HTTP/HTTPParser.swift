@@ -63,6 +63,20 @@ public struct HTTPParser {
     /// Bytes received but not yet consumed by a complete request.
     public var bufferedBytes: Int { buffer.count - position }
 
+    /// Bytes the request in progress holds: its unparsed input and its body so far.
+    public var heldBytes: Int { bufferedBytes + body.count }
+
+    /// The bytes the request in progress will hold once whole: its body's declared length (and what is buffered), or,
+    /// for a chunked body, the largest body and its framing; nil between requests.
+    public var bytesNeeded: Int? {
+        switch state {
+        case .head: return bufferedBytes > 0 ? bufferedBytes : nil
+        case let .fixed(_, remaining): return heldBytes + remaining
+        case .chunked: return max(heldBytes, limits.maxBodyBytes + HTTPParser.maxChunkExtensionBytes)
+        case .failed: return nil
+        }
+    }
+
     /// True when a request has started to arrive (some of its bytes are buffered or parsed).
     public var isMidRequest: Bool {
         if case .head = state { return bufferedBytes > 0 }

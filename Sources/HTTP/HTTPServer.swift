@@ -39,9 +39,21 @@ public final class HTTPServer: Sendable {
         public var maxConnections: Int
         /// Open connections one client address may hold (0: no limit); beyond it, 503 and close.
         public var maxConnectionsPerAddress = 0
+        /// The key a client's address (without its port) counts under in ``maxConnectionsPerAddress``: the address
+        /// itself unless set (the API counts an IPv6 client by its /64, as its rate limits do).
+        public var connectionLimitKey: @Sendable (String) -> String = { $0 }
         /// Answers a connection may have written but not yet sent: at this bound it stops reading and dispatching
         /// requests (backpressure) until its client reads.
         public var maxPendingOutputBytes = 256 * 1024
+        /// Answers not yet sent, over every connection, beyond which a connection with unsent output dispatches no
+        /// further request until it has sent it all: clients that do not read cannot together hold the process's
+        /// memory (each is also bound by the write timeout).
+        public var maxPendingOutputTotal = 64 * 1024 * 1024
+        /// The process's budget for requests larger than 64 KiB as they arrive: each takes its share (its declared
+        /// length, or the largest body for a chunked one) before reading past 64 KiB, and waits without reading until
+        /// there is room. Slow uploads of large bodies cannot together hold the process's memory (each is also bound
+        /// by the request timeout); smaller requests never wait.
+        public var maxBufferedInputTotal = 64 * 1024 * 1024
         /// A connection with unsent output must send at least ``minBytesPerWriteTimeout`` (or all of it) in each of
         /// these periods, or it is closed: a client that reads a byte at a time cannot hold it open.
         public var writeTimeoutMillis: UInt64 = 10_000
@@ -76,6 +88,26 @@ public final class HTTPServer: Sendable {
         let refusedConnections = Atomic<Int>(0)
         /// Bytes written by handlers and not yet sent, over every connection.
         let pendingOutputBytes = Atomic<Int>(0)
+        /// Unparsed input over every connection, as each last counted it (pipelined requests waiting for their turn).
+        let bufferedInputBytes = Atomic<Int>(0)
+        /// The input budget's shares held by requests larger than the allowance (``Configuration/maxBufferedInputTotal``).
+        let reservedInputBytes = Atomic<Int>(0)
+
+        /// Takes `bytes` of the input budget; false when they do not fit (one request always does, alone).
+        func reserveInput(_ bytes: Int) -> Bool {
+            var current = reservedInputBytes.load(ordering: .relaxed)
+            while true {
+                guard current == 0 || current + bytes <= configuration.maxBufferedInputTotal else { return false }
+                let (exchanged, original) = reservedInputBytes.compareExchange(
+                    expected: current, desired: current + bytes, ordering: .relaxed)
+                if exchanged { return true }
+                current = original
+            }
+        }
+
+        func releaseInput(_ bytes: Int) {
+            if bytes > 0 { reservedInputBytes.subtract(bytes, ordering: .relaxed) }
+        }
         /// Connections closed because their client did not read their answers in time.
         let writeTimeouts = Atomic<Int>(0)
         let parseErrors = Mutex<[Int: Int]>([:])
@@ -99,12 +131,14 @@ public final class HTTPServer: Sendable {
         func countParseError(status: Int) { parseErrors.withLock { $0[status, default: 0] += 1 } }
 
         /// The address part of `ip:port`.
-        static func address(of remote: String) -> String { HTTPRequest.host(of: remote) }
+        /// The key the client at `remote` (`address:port`) counts under in the per-address limit.
+        func addressKey(of remote: String) -> String { configuration.connectionLimitKey(HTTPRequest.host(of: remote)) }
 
-        /// Counts a new connection from `address`; false when it already holds its share.
-        func admit(_ address: String) -> Bool {
+        /// Counts a new connection from `remote`; false when its address already holds its share.
+        func admit(_ remote: String) -> Bool {
             let cap = configuration.maxConnectionsPerAddress
             guard cap > 0 else { return true }
+            let address = addressKey(of: remote)
             return perAddress.withLock { counts in
                 guard counts[address, default: 0] < cap else { return false }
                 counts[address, default: 0] += 1
@@ -112,8 +146,9 @@ public final class HTTPServer: Sendable {
             }
         }
 
-        func release(_ address: String) {
+        func release(_ remote: String) {
             guard configuration.maxConnectionsPerAddress > 0 else { return }
+            let address = addressKey(of: remote)
             perAddress.withLock { counts in
                 guard let n = counts[address] else { return }
                 counts[address] = n > 1 ? n - 1 : nil
@@ -172,6 +207,10 @@ public final class HTTPServer: Sendable {
     /// Bytes of answers written and not yet sent, over every connection (bounded per connection by
     /// ``Configuration/maxPendingOutputBytes`` and one answer).
     public var pendingOutputBytes: Int { core.pendingOutputBytes.load(ordering: .relaxed) }
+    /// Unparsed input over every connection.
+    public var bufferedInputBytes: Int { core.bufferedInputBytes.load(ordering: .relaxed) }
+    /// The input budget held by requests larger than 64 KiB on their way in.
+    public var reservedInputBytes: Int { core.reservedInputBytes.load(ordering: .relaxed) }
     /// Connections closed by the write timeout.
     public var writeTimeouts: Int { core.writeTimeouts.load(ordering: .relaxed) }
 

@@ -46,7 +46,8 @@ public protocol CatalogStore: Sendable {
     func insertApp(_ app: App) async throws
     func project(idOrNumber: String) async throws -> Project?
     func app(id: String) async throws -> App?
-    func app(apiKey: String) async throws -> App?
+    /// The apps that hold `apiKey` (all of one project), in app ID order; empty for an unknown key.
+    func apps(apiKey: String) async throws -> [App]
     /// The project of a server key in force (not expired).
     func projectID(serverKeyHash: [UInt8]) async throws -> String?
     /// Adds a server key; the project's other keys in force expire at `othersExpireAt` (if not sooner).
@@ -66,6 +67,9 @@ public final class Catalog: Sendable {
     private let apps = TTLCache<String, App>(capacity: 50_000)
     private let keys = TTLCache<[UInt8], String>(capacity: 50_000)
     private let projectApps = TTLCache<String, [App]>(capacity: 10_000)
+    private let keyApps = TTLCache<String, [App]>(capacity: 50_000)
+    /// Why an app was refused the key it asked for.
+    public static let keyOfAnotherProject = "the API key belongs to another project"
 
     public init(store: any CatalogStore) { self.store = store }
 
@@ -90,7 +94,11 @@ public final class Catalog: Sendable {
     /// Registers an app. `appID` and `apiKey`, when given, are the identifiers the app's Firebase configuration
     /// (`GoogleService-Info.plist`, `google-services.json`, the web config) already carries, so it needs no change.
     ///
-    /// - Throws: `.invalidArgument` naming the option at fault; `.alreadyExists` for an app ID or API key in use.
+    /// Several apps of a project may hold one API key, as Firebase's do (one key for each platform, shipped by every
+    /// app of it); a key belongs to one project.
+    ///
+    /// - Throws: `.invalidArgument` naming the option at fault; `.alreadyExists` for an app ID in use, or an API key
+    ///   of another project.
     public func createApp(
         project: Project, platform: Platform, bundleID: String?, autoInitDefault: Bool, appID: String? = nil,
         apiKey: String? = nil, webOrigins: [String] = []
@@ -115,7 +123,7 @@ public final class Catalog: Sendable {
             guard let normalised = Identifiers.webOrigin(origin) else {
                 throw RegistryError.invalid(
                     "web-origin",
-                    "\(origin.prefix(64)) is not an origin such as https://app.example or http://localhost:5173")
+                    "\(origin.prefix(64)) is not an origin such as https://app.example, http://localhost:5173 or capacitor://localhost")
             }
             return normalised
         }
@@ -127,9 +135,11 @@ public final class Catalog: Sendable {
         do {
             try await store.insertApp(app)
         } catch let error as RegistryError where error.kind == .alreadyExists {
-            throw RegistryError(.alreadyExists, "an app with this app ID or API key already exists")
+            if error.message == Catalog.keyOfAnotherProject { throw error }
+            throw RegistryError(.alreadyExists, "an app with this app ID already exists")
         }
         projectApps.remove(project.id)
+        keyApps.remove(app.apiKey)
         return app
     }
 
@@ -170,12 +180,13 @@ public final class Catalog: Sendable {
         return app
     }
 
-    public func app(apiKey: String) async throws -> App? {
-        guard Identifiers.isValidAPIKey(apiKey) else { return nil }
-        if let hit = apps.lookup("key:" + apiKey) { return hit }
-        let app = try await store.app(apiKey: apiKey)
-        remember(apps, "key:" + apiKey, app)
-        return app
+    /// The apps that hold `apiKey`, all of one project; empty for a key that is no app's.
+    public func apps(apiKey: String) async throws -> [App] {
+        guard Identifiers.isValidAPIKey(apiKey) else { return [] }
+        if let hit = keyApps.lookup(apiKey) { return hit ?? [] }
+        let apps = try await store.apps(apiKey: apiKey)
+        remember(keyApps, apiKey, apps.isEmpty ? nil : apps)
+        return apps
     }
 
     /// The project's apps, cached as the other look-ups are: a browser's preflight reads them with no credential,

@@ -60,25 +60,51 @@ public enum Identifiers {
             && (1...64).contains(parts[3].count) && parts[3].utf8.allSatisfy(isBase64URLChar)
     }
 
-    /// A browser origin, lower-cased: `http(s)://host[:port]`, no path, query or user part.
+    /// A browser origin, lower-cased: `scheme://host[:port]`, no path, query or user part. Any scheme a page may be
+    /// served from: `https` and `http`, and those of apps that run the web SDK in a web view or an extension
+    /// (`capacitor://localhost`, `ionic://localhost`, `chrome-extension://<id>`, `moz-extension://<id>`). The host is
+    /// a name or an IPv6 literal in brackets (`http://[::1]:5173`). The opaque origin `null` (a sandboxed frame, a
+    /// `file:` page) is never one: any page can make itself that.
     public static func webOrigin(_ text: String) -> String? {
         let lowered = text.lowercased()
-        let rest: Substring
-        if lowered.hasPrefix("https://") {
-            rest = lowered.dropFirst(8)
-        } else if lowered.hasPrefix("http://") {
-            rest = lowered.dropFirst(7)
-        } else {
-            return nil
-        }
-        guard (1...253).contains(rest.count) else { return nil }
-        let parts = rest.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count <= 2, let host = parts.first, !host.isEmpty,
-            host.utf8.allSatisfy({ isBase64URLChar($0) || $0 == UInt8(ascii: ".") }),
-            parts.count == 1 || (UInt16(parts[1]).map { $0 > 0 } ?? false)
+        guard lowered.utf8.count <= 300, let separator = lowered.range(of: "://") else { return nil }
+        let scheme = lowered[..<separator.lowerBound].utf8
+        guard (1...32).contains(scheme.count), let first = scheme.first, (97...122).contains(first),
+            scheme.allSatisfy({ isSchemeChar($0) })
         else { return nil }
+        let rest = lowered[separator.upperBound...]
+        let host: Substring
+        let port: Substring?
+        if rest.hasPrefix("[") {
+            guard let close = rest.firstIndex(of: "]") else { return nil }
+            host = rest[rest.index(after: rest.startIndex)..<close]
+            guard host.utf8.allSatisfy({ isHexDigit($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ".") }),
+                host.contains(":")
+            else { return nil }
+            let after = rest[rest.index(after: close)...]
+            guard after.isEmpty || after.hasPrefix(":") else { return nil }
+            port = after.isEmpty ? nil : after.dropFirst()
+        } else {
+            let parts = rest.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+            host = parts[0]
+            guard host.utf8.allSatisfy({ isBase64URLChar($0) || $0 == UInt8(ascii: ".") }) else { return nil }
+            port = parts.count == 2 ? parts[1] : nil
+        }
+        guard (1...253).contains(host.utf8.count) else { return nil }
+        if let port {
+            guard (1...5).contains(port.utf8.count), port.utf8.allSatisfy({ (48...57).contains($0) }),
+                let number = UInt16(port), number > 0
+            else { return nil }
+        }
         return lowered
     }
+
+    private static func isSchemeChar(_ c: UInt8) -> Bool {
+        (97...122).contains(c) || (48...57).contains(c) || c == UInt8(ascii: "+") || c == UInt8(ascii: "-")
+            || c == UInt8(ascii: ".")
+    }
+
+    private static func isHexDigit(_ c: UInt8) -> Bool { (48...57).contains(c) || (97...102).contains(c) }
 
     static func isBase64URLChar(_ c: UInt8) -> Bool {
         (65...90).contains(c) || (97...122).contains(c) || (48...57).contains(c) || c == UInt8(ascii: "-")

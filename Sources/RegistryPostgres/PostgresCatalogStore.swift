@@ -22,12 +22,21 @@ struct PostgresCatalogStore: CatalogStore {
     }
 
     func insertApp(_ app: App) async throws {
-        try await db.query(
-            """
-            INSERT INTO apps (app_id, project_id, platform, bundle_id, api_key, auto_init_default, web_origins)
-            VALUES (\(app.id), \(app.projectID), \(app.platform.rawValue), \(app.bundleID), \(app.apiKey), \(app.autoInitDefault),
-                \(app.webOrigins.joined(separator: " ")))
-            """)
+        try await db.transaction { c in
+            // A key is its project's: the first app to hold it claims it (a concurrent claim of another project waits
+            // for this one, then sees it).
+            try await c.query(
+                "INSERT INTO api_keys (api_key, project_id) VALUES (\(app.apiKey), \(app.projectID)) ON CONFLICT DO NOTHING")
+            let owner: String? = try await c.query("SELECT project_id FROM api_keys WHERE api_key = \(app.apiKey)")
+                .first?.require("project_id")
+            guard owner == app.projectID else { throw RegistryError(.alreadyExists, Catalog.keyOfAnotherProject) }
+            try await c.query(
+                """
+                INSERT INTO apps (app_id, project_id, platform, bundle_id, api_key, auto_init_default, web_origins)
+                VALUES (\(app.id), \(app.projectID), \(app.platform.rawValue), \(app.bundleID), \(app.apiKey),
+                    \(app.autoInitDefault), \(app.webOrigins.joined(separator: " ")))
+                """)
+        }
     }
 
     func project(idOrNumber: String) async throws -> Project? {
@@ -47,8 +56,8 @@ struct PostgresCatalogStore: CatalogStore {
         try decodeApp(try await db.query("SELECT * FROM apps WHERE app_id = \(id)").first)
     }
 
-    func app(apiKey: String) async throws -> App? {
-        try decodeApp(try await db.query("SELECT * FROM apps WHERE api_key = \(apiKey)").first)
+    func apps(apiKey: String) async throws -> [App] {
+        try await db.query("SELECT * FROM apps WHERE api_key = \(apiKey) ORDER BY app_id").compactMap { try decodeApp($0) }
     }
 
     func projectID(serverKeyHash: [UInt8]) async throws -> String? {

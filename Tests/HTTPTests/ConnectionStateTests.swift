@@ -217,6 +217,31 @@ struct ConnectionStateTests {
         #expect(!ended.interest(pendingOutput: 0, bufferedInput: 0, maxPendingOutput: 100, maxBufferedInput: 100).read)
     }
 
+    /// Beyond the allowance, input is read only for the request being received: not behind a request with its
+    /// handler or an answer waiting to be sent (pipelined requests wait in the kernel), and not while the process is
+    /// over its budget. Under the allowance, reading goes on whatever the rest.
+    @Test func inputBeyondTheAllowanceIsReadOnlyForTheRequestBeingReceived() {
+        let allowance = State.inputAllowance
+        let big = 4 * 1024 * 1024
+        var s = State(now: 0)
+        _ = s.received(now: 1)
+        #expect(s.interest(pendingOutput: 0, bufferedInput: allowance + 1, maxPendingOutput: 100, maxBufferedInput: big).read)
+        #expect(!s.interest(pendingOutput: 0, bufferedInput: 10, maxPendingOutput: 100, maxBufferedInput: big, waitsForInputBudget: true).read)
+        #expect(!s.interest(pendingOutput: 1, bufferedInput: allowance + 1, maxPendingOutput: 100, maxBufferedInput: big).read)
+        s.dispatched(Self.request)
+        #expect(!s.interest(pendingOutput: 0, bufferedInput: allowance + 1, maxPendingOutput: 100, maxBufferedInput: big).read)
+        #expect(s.interest(pendingOutput: 0, bufferedInput: allowance, maxPendingOutput: 100, maxBufferedInput: big).read)
+    }
+
+    /// Over the process's output budget, a connection with unsent answers dispatches nothing more; one that has sent
+    /// all of its own goes on.
+    @Test func overTheOutputBudgetOnlyAConnectionWithNothingUnsentDispatches() {
+        let s = State(now: 0)
+        #expect(s.mayDispatch(pendingOutput: 10, maxPendingOutput: 100))
+        #expect(!s.mayDispatch(pendingOutput: 10, maxPendingOutput: 100, outputOverBudget: true))
+        #expect(s.mayDispatch(pendingOutput: 0, maxPendingOutput: 100, outputOverBudget: true))
+    }
+
     /// Random sequences of every event, as the loop would make them (a request is dispatched only when the state
     /// allows one): never two requests with handlers, an answer only for a request, and a connection that ended
     /// never dispatches again.

@@ -61,6 +61,67 @@ struct OutputBoundTests {
         }
     }
 
+    /// Requests pipelined behind one whose answer the client does not read wait in the kernel's buffers, not the
+    /// process's: reading stopped only at 4 MiB of them, so every such connection held 4 MiB (and its answers) for as
+    /// long as it read a little in each write period.
+    @Test func pipelinedRequestsBehindAnUnreadAnswerWaitInTheKernel() async throws {
+        try await withServer { server, port, answered in
+            let client = try RawHTTPClient(port: port, timeout: 10)
+            let request = "GET /big HTTP/1.1\r\nHost: x\r\nX-Pad: \(String(repeating: "p", count: 970))\r\n\r\n"
+            let count = 1024  // 1 MiB of requests: the kernel's loopback buffers hold it, so the send completes
+            try await client.send(String(repeating: request, count: count))
+            var last = -1
+            for _ in 0..<50 where answered.value.load(ordering: .relaxed) != last {
+                last = answered.value.load(ordering: .relaxed)
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            let bound = 2 * 64 * 1024  // the allowance and one read
+            #expect(server.bufferedInputBytes <= bound, "\(server.bufferedInputBytes) bytes of requests held")
+            for _ in 0..<count {
+                let response = try #require(try await client.readResponse())
+                #expect(response.status == 200)
+            }
+            #expect(answered.value.load(ordering: .relaxed) == count)
+        }
+    }
+
+    /// Slow uploads of large bodies, together, stop at the process's input budget: a request that will hold more
+    /// than the allowance reads past it only with its share of the budget, and waits, reading nothing, until there is
+    /// room. Small requests never wait; when an upload ends (or goes away), the next one takes its share and goes on.
+    @Test func largeBodiesTogetherStopAtTheProcesssInputBudget() async throws {
+        let budget = 256 * 1024
+        try await withServer({ $0.maxBufferedInputTotal = budget }) { server, port, _ in
+            let partial = 200 * 1024
+            let head = "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: \(partial + 1)\r\n\r\n"
+            var uploads: [RawHTTPClient] = []
+            for _ in 0..<4 {
+                let client = try RawHTTPClient(port: port, timeout: 10)
+                try await client.send(Array(head.utf8) + [UInt8](repeating: UInt8(ascii: "b"), count: partial))
+                uploads.append(client)
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            // One share fits the budget; the other three wait at the allowance.
+            #expect(server.reservedInputBytes > partial && server.reservedInputBytes <= budget)
+            let small = try RawHTTPClient(port: port, timeout: 10)
+            try await small.send("GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await small.readResponse()?.status == 200)
+            // Every upload sends its last byte: the first ends, and each of the others in turn (in no set order) takes
+            // its share, reads the rest of its body and is answered.
+            for client in uploads { try await client.send([UInt8(ascii: "b")]) }
+            for client in uploads { #expect(try await client.readResponse()?.status == 200) }
+            #expect(server.reservedInputBytes == 0)
+            // One that goes away mid-body gives its share back.
+            let gone = try RawHTTPClient(port: port, timeout: 10)
+            try await gone.send(Array(head.utf8) + [UInt8](repeating: UInt8(ascii: "b"), count: partial))
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(server.reservedInputBytes > 0)
+            uploads = []
+            _ = consume gone
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(server.reservedInputBytes == 0)
+        }
+    }
+
     /// A byte read now and then used to count as activity, so such a client held its connection (and its unsent
     /// answer) for as long as it liked. Now each write period must send its minimum.
     @Test func aClientReadingAByteAtATimeIsClosedByTheWriteTimeout() async throws {

@@ -174,9 +174,53 @@ struct ClientCompatibilityTests {
                     #expect(error.field == field)
                 }
             }
+            // A second app of the project may hold the key (Firebase's keys are one a platform); an app ID is one
+            // app's, and a key is one project's.
+            let debug = try await s.app.catalog.createApp(
+                project: s.project, platform: .ios, bundleID: "com.example.existing.debug", autoInitDefault: true,
+                apiKey: apiKey)
+            #expect(debug.apiKey == apiKey && debug.id != appID)
             await #expect(throws: RegistryError.self) {
                 _ = try await s.app.catalog.createApp(
-                    project: s.project, platform: .ios, bundleID: nil, autoInitDefault: true, apiKey: apiKey)
+                    project: s.project, platform: .ios, bundleID: nil, autoInitDefault: true, appID: appID)
+            }
+            _ = try await s.app.catalog.createProject(id: "another-project", number: 77_777)
+            let another = try #require(try await s.app.catalog.project("another-project"))
+            do {
+                _ = try await s.app.catalog.createApp(
+                    project: another, platform: .ios, bundleID: nil, autoInitDefault: true, apiKey: apiKey)
+                Issue.record("another project took the key")
+            } catch let error as RegistryError {
+                #expect(error.kind == .alreadyExists && error.message == Catalog.keyOfAnotherProject)
+            }
+        }
+    }
+
+    /// Two apps that ship one API key (a `google-services.json` with a release and a debug app): each creates its
+    /// installations with the key, for the app its body names; a page may call from an origin any of them allows.
+    @Test func appsThatShareAnAPIKey() async throws {
+        try await InProcessService.with { s in
+            let key = "AIzaSySharedFirebaseKey-0123456789abcde"
+            let release = try await s.app.catalog.createApp(
+                project: s.project, platform: .web, bundleID: nil, autoInitDefault: true, apiKey: key,
+                webOrigins: ["https://app.example"])
+            let debug = try await s.app.catalog.createApp(
+                project: s.project, platform: .web, bundleID: nil, autoInitDefault: true, apiKey: key,
+                webOrigins: ["http://localhost:5173"])
+            for app in [release, debug] {
+                let created = try await s.createInstallation(app: app)
+                let installation = try #require(try await s.app.installations.find(project: s.project, fid: created.fid))
+                #expect(installation.appID == app.id)
+            }
+            for (origin, allowed) in [
+                ("https://app.example", true), ("http://localhost:5173", true), ("https://evil.example", false),
+            ] {
+                let response = try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/installations",
+                    headers: ["x-goog-api-key": key, "Origin": origin],
+                    json: ["fid": "", "authVersion": "FIS_v2", "appId": .string(debug.id), "sdkVersion": "w:0.6.24"])
+                #expect(response.status == 200)
+                #expect((response.header("access-control-allow-origin") == origin) == allowed, "\(origin)")
             }
         }
     }

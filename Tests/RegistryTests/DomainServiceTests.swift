@@ -8,6 +8,40 @@ import TokenRegistryTesting
 /// The domain's rules, through its services, on in-memory stores: no database, no sockets.
 @Suite("Domain rules on in-memory stores")
 struct DomainServiceTests {
+    /// A project's apps may share an API key (Firebase's are one a platform); a key is one project's, also when two
+    /// projects claim a new key at once.
+    @Test(arguments: StoreKind.available)
+    func appsOfAProjectShareAnAPIKeyThatNoOtherProjectHolds(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let catalog = f.services.catalog
+            let shared = try await catalog.createApp(
+                project: f.project, platform: .web, bundleID: nil, autoInitDefault: true, apiKey: f.web.apiKey)
+            #expect(try await catalog.apps(apiKey: f.web.apiKey).map(\.id) == [f.web.id, shared.id].sorted())
+            _ = try await catalog.createProject(id: "other-proj", number: 456)
+            let other = Project(id: "other-proj", number: 456)
+            await #expect(throws: RegistryError.self) {
+                _ = try await catalog.createApp(
+                    project: other, platform: .web, bundleID: nil, autoInitDefault: true, apiKey: f.web.apiKey)
+            }
+            _ = try await catalog.createProject(id: "third-proj", number: 789)
+            let third = Project(id: "third-proj", number: 789)
+            let key = "AIzaSyClaimedByOneProjectOnly-012345678"
+            let outcomes = await withTaskGroup(of: Bool.self) { group in
+                for project in [other, third] {
+                    group.addTask {
+                        (try? await catalog.createApp(
+                            project: project, platform: .android, bundleID: nil, autoInitDefault: true, apiKey: key))
+                            != nil
+                    }
+                }
+                return await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 }.count == 1)
+            #expect(Set(try await catalog.apps(apiKey: key).map(\.projectID)).count == 1)
+            #expect(try await catalog.apps(apiKey: "AIzaSyNoSuchKey000000000000000000000000").isEmpty)
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func consentGatesRegistrationAndWithdrawalDisablesAtOnce(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in

@@ -43,6 +43,7 @@ struct IndexedInputLimitTests {
         "feedback_stats.class": 32,
         // Made by the service (keys, IDs and names it generates), at most this long.
         "apps.api_key": 64,
+        "api_keys.api_key": 64,
         "deletion_deliveries.delivery_id": 64,
         "erasures.erasure_id": 64,
         "erasure_members.erasure_id": 64,

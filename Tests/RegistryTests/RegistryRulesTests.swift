@@ -27,6 +27,25 @@ struct RegistryRulesTests {
         #expect(Identifiers.isValidFID(example.0) == example.1, "\(example.0)")
     }
 
+    static let origins: [(String, String?)] = [
+        ("https://App.Example", "https://app.example"), ("http://localhost:5173", "http://localhost:5173"),
+        ("capacitor://localhost", "capacitor://localhost"), ("ionic://localhost", "ionic://localhost"),
+        ("chrome-extension://abcdefghijklmnopabcdefghijklmnop", "chrome-extension://abcdefghijklmnopabcdefghijklmnop"),
+        ("http://[::1]:5173", "http://[::1]:5173"), ("https://[2001:DB8::1]", "https://[2001:db8::1]"),
+        ("null", nil), ("file://", nil), ("https://", nil), ("://host", nil), ("1http://host", nil),
+        ("https://a.example/", nil), ("https://a.example/path", nil), ("https://user@a.example", nil),
+        ("https://a.example:0", nil), ("https://a.example:65536", nil), ("https://a.example:+80", nil),
+        ("https://a.example:80:80", nil), ("https://a.example:", nil), ("http://[::1", nil), ("http://[]", nil),
+        ("http://[::1]x", nil), ("http://[::g]", nil), ("http://[1.2.3.4]", nil), ("https://a example", nil),
+        ("https://a.example?x", nil), ("ht tp://a.example", nil), (String(repeating: "a", count: 33) + "://a", nil),
+        ("https://" + String(repeating: "a", count: 254), nil),
+    ]
+
+    @Test(arguments: origins)
+    func webOrigins(_ example: (String, String?)) {
+        #expect(Identifiers.webOrigin(example.0) == example.1, "\(example.0)")
+    }
+
     @Test func firebaseShapedKeysAndIDs() throws {
         let key = try Identifiers.newAPIKey()
         #expect(key.count == 39 && key.hasPrefix("AIza") && Identifiers.isValidAPIKey(key))

@@ -32,7 +32,7 @@ struct InstallationsController {
 
     func create(_ context: RequestContext, _ caller: AppCaller) async throws -> HTTPResponse {
         let project = caller.project
-        try limit(context, apiKey: caller.app.apiKey)
+        try limit(context, apiKey: caller.apiKey)
         let body = FieldReader(try context.jsonObject())
         // Check every field's shape first, then look anything up.
         let appID = try body.string("appId", required: true, maxBytes: 128, allowEmpty: false)!

@@ -14,8 +14,9 @@ extension InMemoryStores: CatalogStore, SigningKeyStore, StoreHealth {
     }
 
     public func insertApp(_ app: App) async throws {
-        guard apps[app.id] == nil, !apps.values.contains(where: { $0.apiKey == app.apiKey }) else {
-            throw RegistryError(.alreadyExists, "the resource already exists")
+        guard apps[app.id] == nil else { throw RegistryError(.alreadyExists, "the resource already exists") }
+        guard !apps.values.contains(where: { $0.apiKey == app.apiKey && $0.projectID != app.projectID }) else {
+            throw RegistryError(.alreadyExists, Catalog.keyOfAnotherProject)
         }
         apps[app.id] = app
     }
@@ -26,7 +27,9 @@ extension InMemoryStores: CatalogStore, SigningKeyStore, StoreHealth {
 
     public func app(id: String) async throws -> App? { apps[id] }
 
-    public func app(apiKey: String) async throws -> App? { apps.values.first { $0.apiKey == apiKey } }
+    public func apps(apiKey: String) async throws -> [App] {
+        apps.values.filter { $0.apiKey == apiKey }.sorted { $0.id < $1.id }
+    }
 
     public func projectID(serverKeyHash: [UInt8]) async throws -> String? {
         guard let project = serverKeys[serverKeyHash] else { return nil }
