@@ -60,28 +60,44 @@ public struct HTTPRequest: Sendable {
     /// The most pairs a form body is read for: no route takes more than a handful of fields.
     public static let maxFormItems = 64
 
-    /// The body's `application/x-www-form-urlencoded` pairs in order; nil when the body is not UTF-8 or holds more
-    /// than ``maxFormItems`` pairs. Counted before any is decoded: a megabyte of `a&a&…` (a kilobyte gzipped) is one
-    /// scan for `&`, not half a million pairs built on the event loop.
+    /// The most bytes a form body is read for: the largest form a route takes (a signed JWT assertion, a register
+    /// call's fields) is a few kilobytes.
+    public static let maxFormBytes = 64 * 1024
+
+    /// The body's `application/x-www-form-urlencoded` pairs in order; nil when the body is over ``maxFormBytes``, is
+    /// not UTF-8 or holds more than ``maxFormItems`` pairs. Counted before any is decoded: a megabyte of `a&a&…` (a
+    /// kilobyte gzipped) is one scan for `&`, not half a million pairs built on the event loop.
     public var formItems: [(name: String, value: String)]? {
-        guard body.count(where: { $0 == UInt8(ascii: "&") }) < Self.maxFormItems * 2,
-            let text = String(validating: body, as: UTF8.self)
+        guard body.count <= Self.maxFormBytes, body.count(where: { $0 == UInt8(ascii: "&") }) < Self.maxFormItems * 2
         else { return nil }
-        let items = HTTPRequest.formItems(Substring(text))
+        guard let items = body.withUnsafeBufferPointer({ HTTPRequest.formItems(bytes: $0, strict: true) }) else {
+            return nil
+        }
         return items.count <= Self.maxFormItems ? items : nil
     }
 
-    /// `name=value&…` pairs, percent-decoded (`+` as a space), as queries and form bodies carry them.
+    /// `name=value&…` pairs, percent-decoded (`+` as a space), as queries and form bodies carry them; a pair that
+    /// does not decode to UTF-8 is left out.
     public static func formItems(_ text: Substring) -> [(name: String, value: String)] {
-        text.split(separator: "&", omittingEmptySubsequences: true).compactMap { pair in
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let rawName = parts[0].replacingOccurrences(of: "+", with: " ")
-            let rawValue = parts.count > 1 ? parts[1].replacingOccurrences(of: "+", with: " ") : ""
-            guard let name = PercentDecoding.decode(rawName), let value = PercentDecoding.decode(rawValue) else {
-                return nil
+        var text = text
+        return text.withUTF8 { formItems(bytes: $0, strict: false) } ?? []
+    }
+
+    /// The pairs of `bytes`, worked on as bytes (no per-character walk: a form value may be 64 KiB). `strict`: nil
+    /// when a pair does not decode, instead of leaving it out.
+    static func formItems(bytes: UnsafeBufferPointer<UInt8>, strict: Bool) -> [(name: String, value: String)]? {
+        var items: [(name: String, value: String)] = []
+        for pair in bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+            let equals = pair.firstIndex(of: UInt8(ascii: "="))
+            let name = pair[pair.startIndex..<(equals ?? pair.endIndex)]
+            let value = equals.map { pair[pair.index(after: $0)..<pair.endIndex] } ?? pair[pair.endIndex..<pair.endIndex]
+            guard let name = PercentDecoding.decodeForm(name), let value = PercentDecoding.decodeForm(value) else {
+                if strict { return nil }
+                continue
             }
-            return (name, value)
+            items.append((name, value))
         }
+        return items
     }
 
     /// The first query value for any of `names` (so `topicName` and `topic_name` are read alike).
@@ -103,10 +119,6 @@ public struct HTTPRequest: Sendable {
 }
 
 extension StringProtocol {
-    func replacingOccurrences(of target: Character, with replacement: Character) -> String {
-        String(self.map { $0 == target ? replacement : $0 })
-    }
-
     /// The text without leading and trailing bytes from `set`, an ASCII set such as HTTP's `" \t"` (no Foundation
     /// needed). By byte, as HTTP's optional whitespace is bytes: no set of `Character`s is built a call.
     public func trimmingCharacters(in set: String) -> String {
@@ -162,6 +174,26 @@ public enum PercentDecoding {
                 i += 3
             } else {
                 out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(validating: out, as: UTF8.self)
+    }
+
+    /// Decodes a form component: `+` is a space and `%XX` an escape; nil when an escape is malformed or the result
+    /// is not UTF-8.
+    static func decodeForm(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> String? {
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count)
+        var i = bytes.startIndex
+        while i < bytes.endIndex {
+            let c = bytes[i]
+            if c == UInt8(ascii: "%") {
+                guard bytes.endIndex - i > 2, let hi = hex(bytes[i + 1]), let lo = hex(bytes[i + 2]) else { return nil }
+                out.append(hi << 4 | lo)
+                i += 3
+            } else {
+                out.append(c == UInt8(ascii: "+") ? UInt8(ascii: " ") : c)
                 i += 1
             }
         }

@@ -31,11 +31,11 @@ public struct ChangeFeed: Sendable {
 
 /// The long-polls waiting on this replica, by project: how often each asks the store.
 final class FeedWaiters: Sendable {
-    /// Waiters of one project that ask every ``baseInterval``; more share that rate.
+    /// Waiters of one project that ask every ``baseMillis`` ms; more share that rate.
     static let freePerProject = 8
-    /// Waiters of all projects that ask every ``baseInterval``; more share that rate.
+    /// Waiters of all projects that ask every ``baseMillis`` ms; more share that rate.
     static let freeInAll = 128
-    static let baseInterval = Duration.milliseconds(200)
+    static let baseMillis = 200
 
     private let waiting = ProjectCounts()
 
@@ -45,15 +45,20 @@ final class FeedWaiters: Sendable {
 
     /// The pause between a waiter's questions now.
     func interval(_ project: String) -> Duration {
-        let (inProject, total) = waiting.current(project)
-        return Self.interval(project: inProject, total: total)
+        let (inProject, projects) = waiting.share(project)
+        return Self.interval(project: inProject, projects: projects)
     }
 
-    /// 200 ms for up to ``freePerProject`` waiters of the project and ``freeInAll`` in all; beyond, as many times
-    /// longer as it takes for the waiters together to ask no more often than that many would.
-    static func interval(project: Int, total: Int) -> Duration {
-        let share = max(1, (project + freePerProject - 1) / freePerProject, (total + freeInAll - 1) / freeInAll)
-        return baseInterval * share
+    /// 200 ms for up to ``freePerProject`` waiters of the project, and up to its even part of ``freeInAll`` among the
+    /// `projects` with waiters; beyond, as many times longer as it takes for its waiters together to ask no more often
+    /// than that many would. Together, every project's waiters ask no more often than `freeInAll` would; a project's
+    /// crowd slows its own waiters, never another's (the replica's count slowed every project's alike, so one
+    /// project's 10,000 long-polls held every other project's at 16 s).
+    static func interval(project: Int, projects: Int) -> Duration {
+        let perProject = Double(project) / Double(freePerProject)
+        let ofTheReplica = Double(project) * Double(max(projects, 1)) / Double(freeInAll)
+        let share = max(1, perProject, ofTheReplica)
+        return .milliseconds(Int64((Double(baseMillis) * share).rounded(.up)))
     }
 
     var total: Int { waiting.total }

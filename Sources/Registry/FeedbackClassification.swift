@@ -45,8 +45,22 @@ public struct SendOutcome: Sendable, Equatable {
     public init(channel: FeedbackChannel, feedbackClass: FeedbackClass, code: String, invalidSince: Date? = nil) {
         self.channel = channel
         self.feedbackClass = feedbackClass
-        self.code = String(code.prefix(64))
+        self.code = SendOutcome.printable(code, maxBytes: 64)
         self.invalidSince = invalidSince
+    }
+
+    /// `text` as a stored code: control characters (NUL among them, which no text column takes) as `?`, cut to
+    /// `maxBytes` bytes at a character's end. A sender's answer is relayed as received, so whatever its strings hold.
+    static func printable(_ text: String, maxBytes: Int) -> String {
+        var out = String.UnicodeScalarView()
+        var bytes = 0
+        for scalar in text.unicodeScalars {
+            let kept: Unicode.Scalar = scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) ? "?" : scalar
+            bytes += kept.utf8.count
+            guard bytes <= maxBytes else { break }
+            out.append(kept)
+        }
+        return String(out)
     }
 }
 

@@ -29,5 +29,10 @@ final class ProjectCounts: Sendable {
         counts.withLock { ($0.byProject[project] ?? 0, $0.total) }
     }
 
+    /// The calls under way of `project`, and how many projects have calls under way.
+    func share(_ project: String) -> (project: Int, projects: Int) {
+        counts.withLock { ($0.byProject[project] ?? 0, $0.byProject.count) }
+    }
+
     var total: Int { counts.withLock { $0.total } }
 }

@@ -65,6 +65,25 @@ struct FormAndTrimTests {
         #expect(took < .milliseconds(500), "\(took)")
     }
 
+    /// A form is at most HTTPRequest.maxFormBytes, decoded by byte: a megabyte value (a kilobyte gzipped) was
+    /// walked by Character on the event loop, as a 16 MB array. Decoding: `+` is a space, `%XX` an escape; a malformed
+    /// escape or bytes that are not UTF-8 make the body no form, and a query leaves such a pair out.
+    @Test func aFormIsBoundedAndDecodedByByte() {
+        let value = String(repeating: "v", count: HTTPRequest.maxFormBytes - 2)
+        #expect(Self.request(body: Array("a=\(value)".utf8)).formItems?.first?.value.utf8.count == value.utf8.count)
+        #expect(Self.request(body: Array("a=\(value)x".utf8)).formItems == nil)
+        let decoded = Self.request(body: Array("grant_type=a+b%2Bc&k%C3%A9=%E2%82%AC&flag&empty=".utf8)).formItems
+        #expect(decoded?.map(\.name) == ["grant_type", "ké", "flag", "empty"])
+        #expect(decoded?.map(\.value) == ["a b+c", "€", "", ""])
+        for bad in ["a=%", "a=%2", "a=%zz", "a=%FF", "%C3=1"] {
+            #expect(Self.request(body: Array(bad.utf8)).formItems == nil, "\(bad)")
+        }
+        #expect(Self.request(body: [UInt8(ascii: "a"), UInt8(ascii: "="), 0xFF]).formItems == nil)
+        #expect(Self.request(body: []).formItems?.isEmpty == true)
+        #expect(HTTPRequest.formItems("a=%zz&b=2+3").map(\.name) == ["b"])
+        #expect(HTTPRequest.formItems("a=%zz&b=2+3").map(\.value) == ["2 3"])
+    }
+
     @Test func trimmingIsByByteAndPrefixesIgnoreCase() {
         #expect(" \t a b \t ".trimmingCharacters(in: " \t") == "a b")
         #expect("   ".trimmingCharacters(in: " ") == "")

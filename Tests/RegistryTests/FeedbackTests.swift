@@ -18,6 +18,26 @@ struct FeedbackTests {
         FeedbackResult(token: token, outcome: FeedbackClassifier.fcm(unregistered))
     }
 
+    /// A sender's strings are relayed as received: whatever an FCM answer's `status` or `errorCode` holds (NUL,
+    /// control characters, long or multi-byte text), the code kept is at most 64 bytes of printable text. A NUL made
+    /// the whole batch's statement fail (a 400 for every item) instead of one code written with a `?`.
+    @Test func codesFromAnyAnswerAreShortPrintableText() {
+        var random = SystemRandomNumberGenerator()
+        let pieces = ["\u{0}", "\u{1}", "\n", "\u{7f}", "\u{85}", "é", "€", "🙂", "A", "UNREGISTERED", " "]
+        for _ in 0..<2000 {
+            let text = (0..<Int.random(in: 0...80, using: &random)).map { _ in pieces.randomElement(using: &random)! }
+                .joined()
+            let field = Bool.random(using: &random) ? "status" : "errorCode"
+            let body: JSONValue =
+                field == "status"
+                ? ["error": ["status": .string(text)]]
+                : ["error": ["details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": .string(text)]]]]
+            let code = FeedbackClassifier.fcm(body).code
+            #expect(code.utf8.count <= 64, "\(text.debugDescription)")
+            #expect(!code.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }, "\(text.debugDescription)")
+        }
+    }
+
     func tokens(_ f: DomainFixture, _ count: Int) async throws -> [(Installation, String)] {
         var out: [(Installation, String)] = []
         for n in 0..<count {

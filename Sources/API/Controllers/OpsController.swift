@@ -37,6 +37,9 @@ struct OpsController: Sendable {
     let gauges: GaugeCache
     /// Registrations by freshness: a count over the table, so once every five minutes at most.
     let slowGauges = GaugeCache(ttl: .seconds(300))
+    /// The database's answer to readiness, shared for half a second: `/readyz` needs no credential, so each call would
+    /// otherwise take a pool connection that any client can ask for.
+    let readiness = SharedRounds<String?>(ttl: .milliseconds(500))
     let draining: @Sendable () -> Bool
     let serverGauges: @Sendable () -> [String]
 
@@ -55,7 +58,10 @@ struct OpsController: Sendable {
     /// Ready when not draining, the database answers and every migration is applied; 503 otherwise.
     func readyz(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
         if draining() { return OpsController.notReady("draining") }
-        if let reason = await health.unreadiness() { return OpsController.notReady(reason) }
+        let health = self.health
+        if let reason = try await readiness.value(for: "", { await health.unreadiness() }) {
+            return OpsController.notReady(reason)
+        }
         return .json(["status": "ready"])
     }
 
