@@ -1,4 +1,5 @@
 import Foundation
+import JSON
 import Registry
 import Testing
 
@@ -118,6 +119,44 @@ struct ImportFormatTests {
         #expect(endpoints[0].topics.map(\.topic) == ["news", "sport"] && endpoints[0].messagingConsent == true)
         #expect(endpoints[0].userID == "example-user-id-2" && endpoints[0].apnsEnvironment == .production)
         #expect(endpoints[1].messagingConsent == false)
+    }
+
+    /// What a reader holds of a row is bounded, however the row is made: a field of escaped quotes (`""` pairs skipped
+    /// the field's check), a row of a million fields, a line of junk before a JSON value (kept whole, to show 40 bytes).
+    @Test func aRowsBytesAreBoundedWhateverItsShape() throws {
+        let header = "id,identifier,device_type\n"
+        let escapes = "a1,\"" + String(repeating: "\"\"", count: (1 << 20) + 8) + "\",1\n"
+        #expect(throws: ImportError.self) { _ = try Self.rows(.oneSignalCSV, header + escapes) }
+        let commas = "a1," + String(repeating: ",", count: 200_000) + "\n"
+        #expect(throws: ImportError.self) { _ = try Self.rows(.oneSignalCSV, header + commas) }
+        let junk = String(repeating: "x", count: 3 << 20) + "\n"
+        let rejected = Self.rejections(try Self.rows(.pinpoint, junk))
+        #expect(rejected.count == 1)
+        #expect(rejected.first.map { $0.reason.utf8.count < 100 } == true)
+    }
+
+    /// A record of the registry's own format holds what an installation may: at most 32 consent purposes and 2000
+    /// topics, each purpose a valid name (they were taken as many as the file had).
+    @Test func aRegistryRecordHoldsWhatAnInstallationMay() throws {
+        let header = String(decoding: RegistryExportFormat.header(projectID: "demo-proj").encoded(), as: UTF8.self)
+        func line(consents: Int, topics: Int, purpose: (Int) -> String = { "p\($0)" }) -> String {
+            let record: JSONValue = [
+                "fid": "dIsVQ2QVRT-TsRovAPrE3U", "createTime": "2026-01-01T00:00:00Z",
+                "lastSeenTime": "2026-01-02T00:00:00Z",
+                "consents": .array((0..<consents).map { n in
+                    ["purpose": .string(purpose(n)), "granted": true, "actor": "installation", "updateTime": "2026-01-01T00:00:00Z"]
+                }),
+                "topics": .array((0..<topics).map { n in ["topic": .string("t\(n)"), "createTime": "2026-01-01T00:00:00Z"] }),
+            ]
+            return header + "\n" + String(decoding: record.encoded(), as: UTF8.self) + "\n"
+        }
+        #expect(Self.records(try Self.rows(.registry, line(consents: 32, topics: 2000))).count == 1)
+        let purposes = Self.rejections(try Self.rows(.registry, line(consents: 33, topics: 0)))
+        #expect(purposes.first?.reason.hasPrefix("consents") == true)
+        let topics = Self.rejections(try Self.rows(.registry, line(consents: 0, topics: 2001)))
+        #expect(topics.first?.reason.hasPrefix("topics") == true)
+        let invalid = Self.rejections(try Self.rows(.registry, line(consents: 1, topics: 0, purpose: { _ in "a\u{0}b" })))
+        #expect(invalid.first?.reason.hasPrefix("consents") == true)
     }
 
     /// Arbitrary bytes never crash a reader: each row becomes a record, a rejection or a skip.

@@ -172,8 +172,18 @@ public enum RegistryExportFormat {
             record.token = token
             record.refreshedAt = refreshed
         }
-        for c in v["consents"]?.arrayValue ?? [] {
-            guard let purpose = c["purpose"]?.stringValue, let granted = c["granted"]?.boolValue,
+        // What the API would refuse an installation is refused a record too: its purposes and topics have the same
+        // bounds (a file from elsewhere is input like any other).
+        let consents = v["consents"]?.arrayValue ?? []
+        guard consents.count <= ConsentService.maxPurposes else {
+            return fail("consents: more than \(ConsentService.maxPurposes) purposes")
+        }
+        guard (v["topics"]?.arrayValue?.count ?? 0) <= Topic.maxPerInstallation else {
+            return fail("topics: more than \(Topic.maxPerInstallation)")
+        }
+        for c in consents {
+            guard let purpose = c["purpose"]?.stringValue, ConsentService.isValidPurpose(purpose),
+                let granted = c["granted"]?.boolValue,
                 let actor = c["actor"]?.stringValue.flatMap(ConsentActor.init(rawValue:)),
                 let at = SourceTime.parse(c["updateTime"]?.stringValue)
             else { return fail("consents: purpose, granted, actor, updateTime required") }
@@ -183,7 +193,8 @@ public enum RegistryExportFormat {
                     source: c["source"]?.stringValue, actor: actor, updatedAt: at))
         }
         for (n, c) in (v["consentLedger"]?.arrayValue ?? []).enumerated() {
-            guard let purpose = c["purpose"]?.stringValue, let granted = c["granted"]?.boolValue,
+            guard let purpose = c["purpose"]?.stringValue, ConsentService.isValidPurpose(purpose),
+                let granted = c["granted"]?.boolValue,
                 let actor = c["actor"]?.stringValue.flatMap(ConsentActor.init(rawValue:)),
                 let at = SourceTime.parse(c["recordTime"]?.stringValue)
             else { return fail("consentLedger[\(n)]: purpose, granted, actor, recordTime required") }

@@ -38,6 +38,8 @@ struct CSVReader {
     private(set) var line = 1
     private var started = false
     static let maxFieldBytes = 1 << 20
+    /// The most fields a row may have: no export names more than a few dozen columns.
+    static let maxFields = 1024
 
     init(_ bytes: SourceBytes) { self.bytes = bytes }
 
@@ -63,12 +65,14 @@ struct CSVReader {
                     }
                     if after == UInt8(ascii: "\"") {
                         field.append(after)
+                        try checkField(field, start)
                         continue
                     }
                     quoted = false
                     if after == UInt8(ascii: ",") {
                         fields.append(String(decoding: field, as: UTF8.self))
                         field.removeAll(keepingCapacity: true)
+                        try checkFields(fields, start)
                         continue
                     }
                     if after == 10 || after == 13 {
@@ -87,6 +91,7 @@ struct CSVReader {
             } else if byte == UInt8(ascii: ",") {
                 fields.append(String(decoding: field, as: UTF8.self))
                 field.removeAll(keepingCapacity: true)
+                try checkFields(fields, start)
             } else if byte == 10 {
                 line += 1
                 if field.last == 13 { field.removeLast() }
@@ -95,11 +100,21 @@ struct CSVReader {
             } else {
                 field.append(byte)
             }
-            if field.count > Self.maxFieldBytes { throw ImportError("line \(start): a field longer than 1 MiB") }
+            try checkField(field, start)
         }
         guard sawAny else { return nil }
         fields.append(String(decoding: field, as: UTF8.self))
         return (start, fields)
+    }
+
+    /// Every byte a field gains is checked, escaped quotes too (they skipped the check, so a field of `""` pairs
+    /// grew without bound).
+    private func checkField(_ field: [UInt8], _ start: Int) throws {
+        if field.count > Self.maxFieldBytes { throw ImportError("line \(start): a field longer than 1 MiB") }
+    }
+
+    private func checkFields(_ fields: [String], _ start: Int) throws {
+        if fields.count > Self.maxFields { throw ImportError("line \(start): more than \(Self.maxFields) fields") }
     }
 }
 
@@ -135,8 +150,9 @@ struct JSONValues {
                 if byte == UInt8(ascii: ",") || byte == 32 || byte == 9 || byte == 10 || byte == 13 { continue }
                 if byte != UInt8(ascii: "{") {
                     // A scalar at the top, or garbage: up to the end of its line.
+                    // Only its first 40 bytes are shown: the rest is skipped, not kept (a line may be a gigabyte).
                     var junk = [byte]
-                    while let b = bytes.next(), b != 10 { junk.append(b) }
+                    while let b = bytes.next(), b != 10 { if junk.count < 40 { junk.append(b) } }
                     line += 1
                     return (line - 1, .failure(ImportError("not a JSON object: \(String(decoding: junk.prefix(40), as: UTF8.self))")))
                 }
