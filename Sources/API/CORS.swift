@@ -24,10 +24,14 @@ struct CORS: Sendable {
         router.handlersInOrder.filter { $0.browser && $0.template == template }.map(\.method)
     }
 
-    /// Whether `origin` may call for one of `apps` (the request's API key's, or its auth token's), or, when they are
-    /// not known, for any app of the project.
+    /// Whether `origin` may call for `apps` (the request's API key's, or its auth token's), or, when they are not
+    /// known, for any app of the project. Apps that share a key share its restriction: the origins of those that have
+    /// a list (an app without one, a debug build, opens no key another app restricted).
     func allows(origin: String, project: String?, apps: [App]?) async -> Bool {
-        if let apps { return apps.contains { $0.allows(origin: origin) } }
+        if let apps {
+            let restricting = apps.filter { !$0.webOrigins.isEmpty }
+            return restricting.isEmpty || restricting.contains { $0.allows(origin: origin) }
+        }
         guard let project, let found = try? await catalog.project(project),
             let apps = try? await catalog.apps(projectID: found.id)
         else { return true }  // nothing to protect: the request will fail on its own, readably

@@ -115,6 +115,10 @@ public struct Configuration: Sendable {
         c.http.maxConnectionsPerAddress = try reader.int(
             "MAX_CONNECTIONS_PER_ADDRESS", default: 0, range: 0...1_000_000)
         c.http.connectionLimitKey = { ClientAddress.limiterKey($0) }
+        c.http.maxBufferedInputTotal = try reader.int(
+            "INPUT_BUDGET_BYTES", default: 64 * 1_048_576, range: 1_048_576...(1 << 40))
+        c.http.maxPendingOutputTotal = try reader.int(
+            "OUTPUT_BUDGET_BYTES", default: 64 * 1_048_576, range: 1_048_576...(1 << 40))
         c.http.limits.maxBodyBytes = try reader.int("MAX_BODY_BYTES", default: 1_048_576, range: 1024...64 * 1_048_576)
         c.http.limits.maxHeaderBytes = try reader.int("MAX_HEADER_BYTES", default: 32_768, range: 1024...1_048_576)
         c.http.limits.maxHeaderCount = try reader.int("MAX_HEADER_COUNT", default: 100, range: 8...10_000)

@@ -78,20 +78,22 @@ extension EventLoop {
         updateInterest(connection)
     }
 
-    /// A request that holds more than the allowance reads on only with its share of the process's input budget (the
-    /// bytes it will hold once whole), taken once and given back when it has been parsed; without one it waits.
+    /// A request whose body takes it past the allowance reads on only with its share of the process's input budget
+    /// (the bytes it will hold once whole: grown when what it needs grows), and waits, reading nothing, while there is
+    /// no room. The share is given back once the request is parsed, or when the connection stops receiving.
     private func reserveInput(_ connection: HTTPConnection) {
-        let held = connection.parser.heldBytes
-        if connection.reservedInput > 0 {
-            guard held <= ConnectionState.inputAllowance || connection.state.isHandling else { return }
+        connection.waitsForInputBudget = false
+        let state = connection.state
+        let receiving = !state.isHandling && !state.isStreaming && !state.isLingering && !state.closesAfterWrite
+        guard receiving, connection.parser.heldBytes > ConnectionState.inputAllowance,
+            let needed = connection.parser.bytesNeeded
+        else {
             core.releaseInput(connection.reservedInput)
             connection.reservedInput = 0
+            return
         }
-        connection.waitsForInputBudget = false
-        guard held > ConnectionState.inputAllowance, !connection.state.isHandling, !connection.state.isStreaming,
-            let needed = connection.parser.bytesNeeded
-        else { return }
-        if core.reserveInput(needed) {
+        guard needed > connection.reservedInput else { return }
+        if core.reserveInput(needed - connection.reservedInput, holding: connection.reservedInput) {
             connection.reservedInput = needed
         } else {
             connection.waitsForInputBudget = true
@@ -104,10 +106,10 @@ extension EventLoop {
         // RDHUP only with IN: level-triggered, a half-close reported while reading is paused (backpressure, a request
         // in flight after the peer closed) would wake the loop at once, again and again, with nothing it handles.
         reserveInput(connection)
-        let buffered = connection.parser.bufferedBytes
-        if buffered != connection.countedInput {
-            core.bufferedInputBytes.add(buffered - connection.countedInput, ordering: .relaxed)
-            connection.countedInput = buffered
+        let held = connection.parser.heldBytes
+        if held != connection.countedInput {
+            core.heldInputBytes.add(held - connection.countedInput, ordering: .relaxed)
+            connection.countedInput = held
         }
         let (read, write) = connection.state.interest(
             pendingOutput: connection.pendingOutput, bufferedInput: connection.parser.bufferedBytes,
@@ -129,7 +131,7 @@ extension EventLoop {
         core.pendingOutputBytes.subtract(connection.pendingOutput, ordering: .relaxed)
         core.releaseInput(connection.reservedInput)
         connection.reservedInput = 0
-        core.bufferedInputBytes.subtract(connection.countedInput, ordering: .relaxed)
+        core.heldInputBytes.subtract(connection.countedInput, ordering: .relaxed)
         connection.countedInput = 0
         connection.output = []
         connection.outputOffset = 0

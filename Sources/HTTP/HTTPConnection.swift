@@ -13,7 +13,8 @@ final class HTTPConnection {
     /// The share of the process's input budget its request in progress holds (``HTTPServer/Core/reservedInputBytes``);
     /// 0 while it holds no more than the allowance.
     var reservedInput = 0
-    /// Its unparsed input as last counted in the process's total (``HTTPServer/Core/bufferedInputBytes``).
+    /// The input its request in progress holds, as last counted in the process's total
+    /// (``HTTPServer/Core/heldInputBytes``).
     var countedInput = 0
     /// Reading is paused until the process's input budget has room for its request: the sweep looks again.
     var waitsForInputBudget = false

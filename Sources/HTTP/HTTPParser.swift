@@ -66,11 +66,12 @@ public struct HTTPParser {
     /// Bytes the request in progress holds: its unparsed input and its body so far.
     public var heldBytes: Int { bufferedBytes + body.count }
 
-    /// The bytes the request in progress will hold once whole: its body's declared length (and what is buffered), or,
-    /// for a chunked body, the largest body and its framing; nil between requests.
+    /// The bytes the request whose body is being received will hold once whole: its declared length (and what is
+    /// buffered), or, for a chunked body, the largest body and its framing; nil before a body (a head, or requests
+    /// pipelined behind one being handled, are bound by the allowance instead).
     public var bytesNeeded: Int? {
         switch state {
-        case .head: return bufferedBytes > 0 ? bufferedBytes : nil
+        case .head: return nil
         case let .fixed(_, remaining): return heldBytes + remaining
         case .chunked: return max(heldBytes, limits.maxBodyBytes + HTTPParser.maxChunkExtensionBytes)
         case .failed: return nil

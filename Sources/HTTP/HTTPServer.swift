@@ -88,16 +88,18 @@ public final class HTTPServer: Sendable {
         let refusedConnections = Atomic<Int>(0)
         /// Bytes written by handlers and not yet sent, over every connection.
         let pendingOutputBytes = Atomic<Int>(0)
-        /// Unparsed input over every connection, as each last counted it (pipelined requests waiting for their turn).
-        let bufferedInputBytes = Atomic<Int>(0)
+        /// Input held by requests on their way in (unparsed bytes and bodies so far), over every connection, as each
+        /// last counted it.
+        let heldInputBytes = Atomic<Int>(0)
         /// The input budget's shares held by requests larger than the allowance (``Configuration/maxBufferedInputTotal``).
         let reservedInputBytes = Atomic<Int>(0)
 
-        /// Takes `bytes` of the input budget; false when they do not fit (one request always does, alone).
-        func reserveInput(_ bytes: Int) -> Bool {
+        /// Takes `bytes` more of the input budget for a request that holds `holding` already; false when they do not
+        /// fit (one request always does, alone).
+        func reserveInput(_ bytes: Int, holding: Int) -> Bool {
             var current = reservedInputBytes.load(ordering: .relaxed)
             while true {
-                guard current == 0 || current + bytes <= configuration.maxBufferedInputTotal else { return false }
+                guard current == holding || current + bytes <= configuration.maxBufferedInputTotal else { return false }
                 let (exchanged, original) = reservedInputBytes.compareExchange(
                     expected: current, desired: current + bytes, ordering: .relaxed)
                 if exchanged { return true }
@@ -207,8 +209,8 @@ public final class HTTPServer: Sendable {
     /// Bytes of answers written and not yet sent, over every connection (bounded per connection by
     /// ``Configuration/maxPendingOutputBytes`` and one answer).
     public var pendingOutputBytes: Int { core.pendingOutputBytes.load(ordering: .relaxed) }
-    /// Unparsed input over every connection.
-    public var bufferedInputBytes: Int { core.bufferedInputBytes.load(ordering: .relaxed) }
+    /// Input held by requests on their way in (unparsed bytes and bodies so far), over every connection.
+    public var heldInputBytes: Int { core.heldInputBytes.load(ordering: .relaxed) }
     /// The input budget held by requests larger than 64 KiB on their way in.
     public var reservedInputBytes: Int { core.reservedInputBytes.load(ordering: .relaxed) }
     /// Connections closed by the write timeout.

@@ -125,12 +125,13 @@ public enum Timestamp {
         let seconds = Double(timegm(&parts) - offset) + fraction
         // An offset can move a time out of the years 1-9999 (`9999-12-31T23:59:59-12:00` is in the year 10000, UTC):
         // PostgreSQL stores it, but writes it back as a year of five digits, or BC, which no reader here parses.
-        guard (Timestamp.earliest...Timestamp.latest).contains(seconds) else { return nil }
+        guard seconds >= Timestamp.earliest, seconds < Timestamp.end else { return nil }
         return Date(timeIntervalSince1970: seconds)
     }
 
     /// The first instant of the year 1, UTC, in seconds since 1970.
     public static let earliest: Double = -62_135_596_800
-    /// The last instant of the year 9999, UTC (to the microsecond PostgreSQL keeps).
-    public static let latest: Double = 253_402_300_799.999_999
+    /// The first instant of the year 10000, UTC: every time is before it (`…23:59:59.9999999Z`, and a leap second
+    /// `23:59:60`, are not).
+    public static let end: Double = 253_402_300_800
 }

@@ -7,8 +7,8 @@ public struct ChangeFeed: Sendable {
 
     /// Events after `cursor`, at most `limit`; waits up to `waitSeconds` for the first one to arrive.
     ///
-    /// A waiting call asks the store again every ``FeedWaiters/interval(project:total:)``: every 200 ms while its
-    /// project has at most ``FeedWaiters/freePerProject`` callers waiting on this replica (and the replica at most
+    /// A waiting call asks the store again every ``FeedWaiters/interval(project:projects:)``: every 200 ms while its
+    /// project has at most ``FeedWaiters/freePerProject`` callers waiting on this replica (and at most its even part of
     /// ``FeedWaiters/freeInAll``), less often beyond, so that a project's waiters together ask at most 40 times a
     /// second however many there are. Before, each waiter asked five times a second for 30 s: a few thousand
     /// long-polls were 10,000 queries a second, and every tenant's requests timed out waiting for a connection.

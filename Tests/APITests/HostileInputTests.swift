@@ -149,8 +149,8 @@ struct HostileInputTests {
     /// The connection limit per address counts as the rate limits do: an IPv6 client by its /64 (it counted each
     /// address, so one subscriber's /64 could take every connection).
     @Test func theConnectionLimitCountsAnIPv6ClientByItsPrefix() throws {
-        let http = try Configuration.fromEnvironment(["MAX_CONNECTIONS_PER_ADDRESS": "4"]).http
-        #expect(http.maxConnectionsPerAddress == 4)
+        let http = try Configuration.fromEnvironment(["MAX_CONNECTIONS_PER_ADDRESS": "4", "INPUT_BUDGET_BYTES": "8388608"]).http
+        #expect(http.maxConnectionsPerAddress == 4 && http.maxBufferedInputTotal == 8_388_608)
         #expect(http.connectionLimitKey("2001:db8:1:2:aaaa::1") == http.connectionLimitKey("2001:db8:1:2:bbbb::9"))
         #expect(http.connectionLimitKey("2001:db8:1:2::1") != http.connectionLimitKey("2001:db8:1:3::1"))
         #expect(http.connectionLimitKey("192.0.2.7") == "192.0.2.7")

@@ -197,7 +197,8 @@ struct ClientCompatibilityTests {
     }
 
     /// Two apps that ship one API key (a `google-services.json` with a release and a debug app): each creates its
-    /// installations with the key, for the app its body names; a page may call from an origin any of them allows.
+    /// installations with the key, for the app its body names; a page may call from an origin any of them allows, and
+    /// an app of the key without a list opens it to no other origin.
     @Test func appsThatShareAnAPIKey() async throws {
         try await InProcessService.with { s in
             let key = "AIzaSySharedFirebaseKey-0123456789abcde"
@@ -212,6 +213,9 @@ struct ClientCompatibilityTests {
                 let installation = try #require(try await s.app.installations.find(project: s.project, fid: created.fid))
                 #expect(installation.appID == app.id)
             }
+            // A third app of the key with no list of its own does not open the key to every origin.
+            _ = try await s.app.catalog.createApp(
+                project: s.project, platform: .web, bundleID: nil, autoInitDefault: true, apiKey: key)
             for (origin, allowed) in [
                 ("https://app.example", true), ("http://localhost:5173", true), ("https://evil.example", false),
             ] {

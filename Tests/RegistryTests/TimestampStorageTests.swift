@@ -9,7 +9,8 @@ import TokenRegistryTesting
 /// with a year of five digits, and every read of its row failed (a 500 for each page that held it).
 @Suite("Times from clients, stored and read back", .enabled(if: TestDatabase.isAvailable))
 struct TimestampStorageTests {
-    /// Texts at both ends of the years 1-9999, with every kind of offset, and some in between.
+    /// Texts at both ends of the years 1-9999, with every kind of offset, leap seconds and fractions, and some in
+    /// between.
     static func texts() -> [String] {
         var random = SystemRandomNumberGenerator()
         var texts: [String] = []
@@ -18,7 +19,8 @@ struct TimestampStorageTests {
             let year = [0, 1, 9999, Int.random(in: 2...9998, using: &random)].randomElement(using: &random)!
             let month = year == 0 || year == 1 ? 1 : year == 9999 ? 12 : Int.random(in: 1...12, using: &random)
             let day = month == 1 ? Int.random(in: 1...2, using: &random) : month == 12 ? Int.random(in: 30...31, using: &random) : 15
-            let time = "\(two(Int.random(in: 0...23, using: &random))):\(two(Int.random(in: 0...59, using: &random))):\(two(Int.random(in: 0...59, using: &random)))"
+            let time = "\(two(Int.random(in: 0...23, using: &random))):\(two(Int.random(in: 0...59, using: &random))):\(two(Int.random(in: 0...60, using: &random)))"
+                + ["", ".5", ".999", ".999999", ".9999999", ".999999999"].randomElement(using: &random)!
             let offset = ["Z", "+00:00", "-12:00", "+14:00", "-23:59", "+23:59", "+01:30"].randomElement(using: &random)!
             texts.append(String(repeating: "0", count: 4 - String(year).count) + "\(year)-\(two(month))-\(two(day))T\(time)\(offset)")
         }
@@ -43,6 +45,14 @@ struct TimestampStorageTests {
                 #expect(back.map { abs($0.timeIntervalSince1970 - date.timeIntervalSince1970) < 0.001 } == true, "\(text)")
             }
             #expect(Timestamp.parse("9999-12-31T23:59:59-12:00") == nil)
+            for late in ["9999-12-31T23:59:60Z", "9999-12-31T23:59:59.9999999Z", "9999-12-31T23:59:59.999999999Z"] {
+                #expect(Timestamp.parse(late).map { $0.timeIntervalSince1970 < Timestamp.end } ?? true, "\(late)")
+            }
+            for fine in ["9999-12-31T23:59:59.9999Z", "9999-12-31T23:59:59.999Z"] {
+                let date = try #require(Timestamp.parse(fine))
+                let back = try await pool.query("SELECT \(date)::timestamptz AS back").first?.require("back", as: Date.self)
+                #expect(back != nil, "\(fine)")
+            }
             #expect(Timestamp.parse("0001-01-01T00:00:00+01:00") == nil)
             #expect(Timestamp.parse("9999-12-31T23:59:59Z") != nil && Timestamp.parse("0001-01-01T00:00:00Z") != nil)
         }
