@@ -158,42 +158,38 @@ public enum PercentDecoding {
     public static func decode(_ text: some StringProtocol, literalStrayPercent: Bool = false) -> String? {
         // Most segments have no escape: they become a String with no byte array on the way.
         guard text.utf8.contains(UInt8(ascii: "%")) else { return String(text) }
-        let bytes = Array(text.utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count)
-        var i = 0
-        while i < bytes.count {
-            if bytes[i] == UInt8(ascii: "%") {
-                guard i + 2 < bytes.count, let hi = hex(bytes[i + 1]), let lo = hex(bytes[i + 2]) else {
-                    guard literalStrayPercent else { return nil }
-                    out.append(bytes[i])
-                    i += 1
-                    continue
-                }
-                out.append(hi << 4 | lo)
-                i += 3
-            } else {
-                out.append(bytes[i])
-                i += 1
-            }
+        return Array(text.utf8).withUnsafeBufferPointer {
+            decode(bytes: $0[...], plusIsSpace: false, literalStrayPercent: literalStrayPercent)
         }
-        return String(validating: out, as: UTF8.self)
     }
 
     /// Decodes a form component: `+` is a space and `%XX` an escape; nil when an escape is malformed or the result
     /// is not UTF-8.
     static func decodeForm(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> String? {
+        decode(bytes: bytes, plusIsSpace: true, literalStrayPercent: false)
+    }
+
+    /// The one decoder of both: `%XX` escapes, `+` as a space when `plusIsSpace`, a stray `%` itself when
+    /// `literalStrayPercent` (nil otherwise), and nil for a result that is not UTF-8.
+    private static func decode(
+        bytes: Slice<UnsafeBufferPointer<UInt8>>, plusIsSpace: Bool, literalStrayPercent: Bool
+    ) -> String? {
         var out = [UInt8]()
         out.reserveCapacity(bytes.count)
         var i = bytes.startIndex
         while i < bytes.endIndex {
             let c = bytes[i]
             if c == UInt8(ascii: "%") {
-                guard bytes.endIndex - i > 2, let hi = hex(bytes[i + 1]), let lo = hex(bytes[i + 2]) else { return nil }
+                guard bytes.endIndex - i > 2, let hi = hex(bytes[i + 1]), let lo = hex(bytes[i + 2]) else {
+                    guard literalStrayPercent else { return nil }
+                    out.append(c)
+                    i += 1
+                    continue
+                }
                 out.append(hi << 4 | lo)
                 i += 3
             } else {
-                out.append(c == UInt8(ascii: "+") ? UInt8(ascii: " ") : c)
+                out.append(plusIsSpace && c == UInt8(ascii: "+") ? UInt8(ascii: " ") : c)
                 i += 1
             }
         }

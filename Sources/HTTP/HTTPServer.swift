@@ -132,7 +132,6 @@ public final class HTTPServer: Sendable {
 
         func countParseError(status: Int) { parseErrors.withLock { $0[status, default: 0] += 1 } }
 
-        /// The address part of `ip:port`.
         /// The key the client at `remote` (`address:port`) counts under in the per-address limit.
         func addressKey(of remote: String) -> String { configuration.connectionLimitKey(HTTPRequest.host(of: remote)) }
 
