@@ -20,7 +20,8 @@ public enum ErrorShape: Sendable {
         case .google: return APIError.from(error).response
         case .iid:
             let mapped = APIError.from(error)
-            var response = IIDController.error(mapped.status, mapped.canonical)
+            var response =
+                mapped.status == 401 ? IIDController.unauthorized() : IIDController.error(mapped.status, mapped.canonical)
             for (name, value) in mapped.headers { response.headers.add(name: name, value: value) }
             return response
         case .registerText: return CheckinController.failure(error)

@@ -31,7 +31,9 @@ public protocol InstallationStore: Sendable {
     /// - Returns: false when the FID is taken: live in the project, or retired by a deletion.
     func create(_ installation: Installation, fidHash: [UInt8], initialConsent: Bool) async throws -> Bool
     func find(projectID: String, fid: String) async throws -> Installation?
-    func touch(projectID: String, fid: String, at: Date) async throws
+    /// Moves the installation's last-seen time forward to `at` (never back) and, when `sdkVersion` is given, records
+    /// the SDK version the client now reports (its upgrades).
+    func touch(projectID: String, fid: String, at: Date, sdkVersion: String?) async throws
     /// Removes the installation and everything keyed by it, retires the FID, records the deletion with its
     /// deadline and queues one delivery per linked service, in one transaction. A deletion with no linked service
     /// to tell is complete at once.

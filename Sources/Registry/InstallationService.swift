@@ -73,16 +73,25 @@ public struct InstallationService: Sendable {
     }
 
     /// Mints a new auth token for `installation`, which proved itself (``authenticate(project:fid:refreshToken:)``).
-    public func generateAuthToken(project: Project, for installation: Installation) async throws -> AuthToken {
-        try await noteActivity(installation)
+    ///
+    /// - Parameter sdkVersion: the version the client's SDK reports with the request (every SDK sends it on each
+    ///   refresh), recorded when it differs from the stored one: an app update brings a new SDK.
+    public func generateAuthToken(project: Project, for installation: Installation, sdkVersion: String? = nil)
+        async throws -> AuthToken
+    {
+        try await noteActivity(installation, sdkVersion: sdkVersion)
         return try await tokens.mint(appID: installation.appID, fid: installation.fid, projectNumber: project.number)
     }
 
-    /// Records activity, writing only when the stored time is older than ``lastSeenResolution``.
-    public func noteActivity(_ installation: Installation) async throws {
+    /// Records activity, writing only when the stored time is older than ``lastSeenResolution`` or the client reports
+    /// an SDK version other than the stored one.
+    public func noteActivity(_ installation: Installation, sdkVersion: String? = nil) async throws {
         let now = clock.now()
-        if now.timeIntervalSince(installation.lastSeenAt) >= lastSeenResolution {
-            try await store.touch(projectID: installation.projectID, fid: installation.fid, at: now)
+        let upgraded = sdkVersion.map { $0 != installation.sdkVersion } ?? false
+        if upgraded || now.timeIntervalSince(installation.lastSeenAt) >= lastSeenResolution {
+            try await store.touch(
+                projectID: installation.projectID, fid: installation.fid, at: now,
+                sdkVersion: upgraded ? sdkVersion : nil)
         }
     }
 

@@ -65,10 +65,14 @@ struct PostgresInstallationStore: InstallationStore {
             lastSeenAt: try row.require("last_seen_at"))
     }
 
-    func touch(projectID: String, fid: String, at: Date) async throws {
+    func touch(projectID: String, fid: String, at: Date, sdkVersion: String?) async throws {
         try await db.query(
-            "UPDATE installations SET last_seen_at = \(at) WHERE project_id = \(projectID) AND fid = \(fid) AND last_seen_at < \(at)"
-        )
+            """
+            UPDATE installations SET last_seen_at = GREATEST(last_seen_at, \(at)),
+            sdk_version = COALESCE(\(sdkVersion)::text, sdk_version)
+            WHERE project_id = \(projectID) AND fid = \(fid)
+            AND (last_seen_at < \(at) OR sdk_version IS DISTINCT FROM COALESCE(\(sdkVersion)::text, sdk_version))
+            """)
     }
 
     /// The deletion, in one transaction: the installation and everything keyed by it leave the live tables, the FID

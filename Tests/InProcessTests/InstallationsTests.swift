@@ -341,6 +341,20 @@ struct InstallationsTests {
         }
     }
 
+    /// Every SDK sends `{"installation":{"sdkVersion"}}` with each token refresh: an app update's new SDK is recorded.
+    @Test func aTokenRefreshRecordsTheSDKsNewVersion() async throws {
+        try await InProcessService.with { s in
+            let created = try await s.createInstallation()
+            let reply = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(created.fid)/authTokens:generate",
+                headers: ["Authorization": "FIS_v2 \(created.refreshToken)"],
+                json: ["installation": ["sdkVersion": "w:0.7.0", "appId": .string(s.web.id)]])
+            #expect(reply.status == 200, "\(reply)")
+            let after = try #require(try await s.app.installations.find(project: s.project, fid: created.fid))
+            #expect(after.sdkVersion == "w:0.7.0")
+        }
+    }
+
     @Test func lastSeenIsWrittenOnceItIsAnHourOld() async throws {
         let clock = ManualClock(Date())
         try await InProcessService.with(clock: clock) { s in

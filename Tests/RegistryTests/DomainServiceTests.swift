@@ -185,6 +185,35 @@ struct DomainServiceTests {
     }
 
     @Test(arguments: StoreKind.available)
+    func aRefreshRecordsTheSDKVersionTheClientNowReports(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let installation = try await f.installation()
+            #expect(installation.sdkVersion == "t:1")
+            let seen = installation.lastSeenAt
+            // The same version within the hour: nothing written.
+            _ = try await f.services.installations.generateAuthToken(
+                project: f.project, for: installation, sdkVersion: "t:1")
+            #expect(try await f.services.installations.find(project: f.project, fid: installation.fid)! == installation)
+            // An upgraded SDK is recorded at once; the last-seen time never goes back.
+            f.clock.advance(by: 60)
+            _ = try await f.services.installations.generateAuthToken(
+                project: f.project, for: installation, sdkVersion: "t:2")
+            let upgraded = try await f.services.installations.find(project: f.project, fid: installation.fid)!
+            #expect(upgraded.sdkVersion == "t:2" && upgraded.lastSeenAt >= seen)
+            // No version in the request keeps the stored one, also when the hour has passed.
+            f.clock.advance(by: 2 * 3600)
+            _ = try await f.services.installations.generateAuthToken(project: f.project, for: upgraded)
+            let later = try await f.services.installations.find(project: f.project, fid: installation.fid)!
+            #expect(later.sdkVersion == "t:2" && later.lastSeenAt > upgraded.lastSeenAt)
+            // A stale copy of the row (an older last-seen) does not move the stored time back.
+            _ = try await f.services.installations.generateAuthToken(
+                project: f.project, for: installation, sdkVersion: "t:3")
+            let last = try await f.services.installations.find(project: f.project, fid: installation.fid)!
+            #expect(last.sdkVersion == "t:3" && last.lastSeenAt >= later.lastSeenAt)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
     func batchImportIsOneCallAndRespectsTheAppsConsentDefault(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
             let ios = try await f.services.catalog.createApp(

@@ -35,6 +35,17 @@ struct IIDController: Sendable {
 
     static func error(_ status: Int, _ code: String) -> HTTPResponse { .json(["error": .string(code)], status: status) }
 
+    /// A missing or wrong server key: Google's front end answers IID's 401 with its HTML page, not IID's JSON, and
+    /// the Node admin SDK reads only a 401 without JSON as `messaging/authentication-error` (`{"error":
+    /// "UNAUTHENTICATED"}` would be an APNs certificate's `messaging/third-party-auth-error` there). The Python, Go
+    /// and Java admin SDKs choose their error by the status alone.
+    static func unauthorized() -> HTTPResponse {
+        HTTPResponse(
+            status: 401, contentType: "text/html; charset=UTF-8",
+            body: "<HTML><HEAD><TITLE>Unauthorized</TITLE></HEAD><BODY BGCOLOR=\"#FFFFFF\" TEXT=\"#000000\">"
+                + "<H1>Unauthorized</H1><H2>Error 401</H2></BODY></HTML>\n")
+    }
+
     /// IID's error code for a subscription that was not made, nil when it was (or already existed).
     static func itemError(_ result: SubscribeResult?) -> String? {
         switch result {

@@ -62,11 +62,13 @@ struct InstallationsController {
     func generate(_ context: RequestContext, _ caller: InstallationCaller) async throws -> HTTPResponse {
         // The body is optional ({"installation":{"sdkVersion","appId"?}}); check its shape when present.
         let body = FieldReader(try context.jsonObject(allowEmpty: true))
+        var sdkVersion: String?
         if let installation = try body.object("installation") {
-            _ = try installation.text("sdkVersion", maxBytes: 64)
+            sdkVersion = try installation.text("sdkVersion", maxBytes: 64)
             _ = try installation.string("appId", maxBytes: 128)
         }
-        let token = try await installations.generateAuthToken(project: caller.project, for: caller.installation)
+        let token = try await installations.generateAuthToken(
+            project: caller.project, for: caller.installation, sdkVersion: sdkVersion)
         return .json(["token": .string(token.token), "expiresIn": .string("\(token.expiresIn)s")])
     }
 

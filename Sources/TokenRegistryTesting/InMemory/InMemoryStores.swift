@@ -147,12 +147,13 @@ extension InMemoryStores: InstallationStore, SecretStore {
         installations[Key(projectID: projectID, fid: fid)]
     }
 
-    public func touch(projectID: String, fid: String, at: Date) async throws {
+    public func touch(projectID: String, fid: String, at: Date, sdkVersion: String?) async throws {
         let key = Key(projectID: projectID, fid: fid)
-        guard let i = installations[key], i.lastSeenAt < at else { return }
+        guard let i = installations[key], i.lastSeenAt < at || (sdkVersion != nil && sdkVersion != i.sdkVersion)
+        else { return }
         installations[key] = Installation(
             projectID: i.projectID, fid: i.fid, appID: i.appID, refreshTokenHash: i.refreshTokenHash,
-            sdkVersion: i.sdkVersion, createdAt: i.createdAt, lastSeenAt: at)
+            sdkVersion: sdkVersion ?? i.sdkVersion, createdAt: i.createdAt, lastSeenAt: max(i.lastSeenAt, at))
     }
 
     public func delete(_ d: DeletionRequest) async throws -> Bool { deleteInstallation(d) != nil }
