@@ -24,13 +24,15 @@ struct CORS: Sendable {
         router.handlersInOrder.filter { $0.browser && $0.template == template }.map(\.method)
     }
 
-    /// Whether `origin` may call for `apps` (the request's API key's, or its auth token's), or, when they are not
-    /// known, for any app of the project. Apps that share a key share its restriction: the origins of those that have
-    /// a list (an app without one, a debug build, opens no key another app restricted).
-    func allows(origin: String, project: String?, apps: [App]?) async -> Bool {
+    /// Whether `origin` may call for every group of `apps` the request names (its API key's apps, its installation's
+    /// app), or, when it names none, for any app of the project. Apps that share a key share its restriction: the
+    /// origins of those that have a list (an app without one, a debug build, opens no key another app restricted).
+    func allows(origin: String, project: String?, apps: [[App]]?) async -> Bool {
         if let apps {
-            let restricting = apps.filter { !$0.webOrigins.isEmpty }
-            return restricting.isEmpty || restricting.contains { $0.allows(origin: origin) }
+            return apps.allSatisfy { group in
+                let restricting = group.filter { !$0.webOrigins.isEmpty }
+                return restricting.isEmpty || restricting.contains { $0.allows(origin: origin) }
+            }
         }
         guard let project, let found = try? await catalog.project(project),
             let apps = try? await catalog.apps(projectID: found.id)
@@ -69,21 +71,33 @@ struct CORS: Sendable {
         if let authorization = request.headers["authorization"], authorization.dropping(caseInsensitivePrefix: "bearer ") != nil {
             return
         }
-        guard await allows(origin: origin, project: parameters["project"], apps: await apps(of: request)) else { return }
+        guard await allows(origin: origin, project: parameters["project"], apps: await apps(of: request, parameters: parameters)) else { return }
         response.headers.add(name: "access-control-allow-origin", value: origin)
         response.headers.add(name: "access-control-expose-headers", value: "x-request-id, retry-after")
     }
 
-    /// The apps a browser request speaks for: its API key's, or its installation auth token's; nil when neither
-    /// names one.
-    private func apps(of request: HTTPRequest) async -> [App]? {
+    /// The apps a browser request speaks for, each group a restriction the origin must pass: its API key's apps, and
+    /// the app of the installation it acts as (its auth token's, or the `{fid}` its refresh token proved); nil when it
+    /// names none. A key of one app does not open another app's installation: every group must allow the origin.
+    private func apps(of request: HTTPRequest, parameters: [String: String]) async -> [[App]]? {
+        var groups: [[App]] = []
         if let key = Authenticator.apiKey(request), let apps = try? await catalog.apps(apiKey: key), !apps.isEmpty {
-            return apps
+            groups.append(apps)
         }
-        guard let raw = request.headers["x-goog-firebase-installations-auth"],
+        if let raw = request.headers["x-goog-firebase-installations-auth"],
             let claims = try? await installations.tokens.verify(Authenticator.installationAuthToken(raw)),
             let app = try? await catalog.app(id: claims.appID)
-        else { return nil }
-        return [app]
+        {
+            groups.append([app])
+        }
+        if let authorization = request.headers["authorization"], authorization.hasPrefix("FIS_v2 "),
+            let fid = parameters["fid"], let projectID = parameters["project"],
+            let project = try? await catalog.project(projectID),
+            let installation = try? await installations.find(project: project, fid: fid),
+            let app = try? await catalog.app(id: installation.appID)
+        {
+            groups.append([app])
+        }
+        return groups.isEmpty ? nil : groups
     }
 }

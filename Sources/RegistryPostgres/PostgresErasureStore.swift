@@ -11,7 +11,7 @@ struct PostgresErasureStore: ErasureStore {
     /// `erasure`), each recorded as a member; the user's clear ID leaves the binding history and the feed.
     func erase(_ r: ErasureRequest) async throws -> ErasureRecord {
         try await db.transaction { c in
-            try await PostgresUserStore.lockUsers([r.userID], projectID: r.projectID, on: c)
+            try await PostgresUserStore.lockUsers(hashes: [r.userHash], on: c)
             // Every installation whose history names the person (bound now, or left), read before any goes: their feed
             // events are the ones that can name the person too.
             let named = try await c.query(

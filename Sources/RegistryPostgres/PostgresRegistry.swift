@@ -5,6 +5,13 @@ import Registry
 
 /// The domain's stores on one PostgreSQL database: what the composition root hands to ``RegistryServices``.
 public enum PostgresRegistry {
+    /// The advisory lock a person's login, logout, move and erasure take, as `pg_advisory_xact_lock(class, key)`
+    /// arguments, for the user's keyed hash (``UserService/userHash(projectID:userID:)``): a test's second session
+    /// takes it to make those requests queue.
+    public static func userLock(userHash: [UInt8]) -> (class: Int32, key: Int32) {
+        (Int32(PostgresUserStore.lockClass), PostgresUserStore.lockKey(userHash))
+    }
+
     /// The pool the stores share.
     ///
     /// - Parameters:

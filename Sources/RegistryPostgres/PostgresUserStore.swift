@@ -5,7 +5,7 @@ import Registry
 
 /// ``UserStore`` and ``SubjectStore`` on PostgreSQL: `user_bindings` and `user_binding_history` (migration 23).
 ///
-/// Locks, always in this order: the users' (``lockUsers(_:projectID:on:)``, sorted), then the installation's row. A
+/// Locks, always in this order: the users' (``lockUsers(hashes:on:)``, sorted), then the installation's row. A
 /// bind takes the lock of the user it leaves and of the one it joins, an unbind the one it leaves, an erasure the
 /// user's: so a login, a logout and an erasure of one person queue behind each other, and none deletes or moves an
 /// installation another has just moved.
@@ -19,18 +19,23 @@ struct PostgresUserStore: UserStore, SubjectStore {
     /// lock is held long (a large erasure) never holds connections of everyone else's requests.
     static let lockWait = "3s"
 
-    /// Takes the transaction-scoped locks of `users`, in the order of their keys (two users whose keys collide share
-    /// one lock; sorting by the key, not the name, keeps the order one).
-    static func lockUsers(_ users: [String], projectID: String, on c: PostgresConnection) async throws {
+    /// Takes the transaction-scoped locks of the users whose keyed hashes (``UserService/userHash(projectID:userID:)``,
+    /// the stored `user_hmac`) are `hashes`, in the order of their keys (two users whose keys collide share one lock;
+    /// sorting by the key, not the name, keeps the order one).
+    ///
+    /// The key is 32 bits of the keyed hash: the lock space is shared by every project, and a key computed from the
+    /// names alone (`hashtext`, public and unseeded) let one tenant find, offline, a user of its own whose lock is
+    /// another tenant's user's, and hold it with erasures. Without the deployment's key nobody can aim a collision.
+    static func lockUsers(hashes: [[UInt8]], on c: PostgresConnection) async throws {
         try await c.query("SELECT set_config('lock_timeout', \(lockWait), true)::text AS set")
-        let keys = try await c.query(
-            """
-            SELECT DISTINCT hashtext(\(projectID) || E'\\n' || u) AS k FROM unnest(\(TextArray(users))::text[]) u ORDER BY k
-            """
-        ).map { try $0.require("k", as: Int.self) }
-        for key in keys {
-            try await c.query("SELECT pg_advisory_xact_lock(\(lockClass), \(key)::int)::text AS locked")
+        for key in Set(hashes.map(lockKey)).sorted() {
+            try await c.query("SELECT pg_advisory_xact_lock(\(lockClass), \(Int(key))::int)::text AS locked")
         }
+    }
+
+    /// The advisory lock key of a user's keyed hash: its first four bytes, as a signed 32-bit integer.
+    static func lockKey(_ hash: [UInt8]) -> Int32 {
+        Int32(bitPattern: hash.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
     }
 
     private enum Attempt: Sendable {
@@ -43,8 +48,9 @@ struct PostgresUserStore: UserStore, SubjectStore {
         // transaction ends and runs again with the new one.
         for _ in 0..<8 {
             let attempt: Attempt = try await db.transaction { c in
-                let before = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)?.binding.userID
-                try await Self.lockUsers([r.userID] + (before.map { [$0] } ?? []), projectID: r.projectID, on: c)
+                let leaving = try await Self.current(projectID: r.projectID, fid: r.fid, on: c)
+                let before = leaving?.binding.userID
+                try await Self.lockUsers(hashes: [r.userHash] + (leaving.map { [$0.hash.bytes] } ?? []), on: c)
                 let installation = try await c.query(
                     "SELECT 1 FROM installations WHERE project_id = \(r.projectID) AND fid = \(r.fid) FOR NO KEY UPDATE")
                 guard !installation.isEmpty else { return .done(nil) }
@@ -157,10 +163,10 @@ struct PostgresUserStore: UserStore, SubjectStore {
     func unbind(projectID: String, fid: String, at: Date) async throws -> UserBinding? {
         for _ in 0..<8 {
             let attempt: (UserBinding?, raced: Bool) = try await db.transaction { c in
-                guard let before = try await Self.current(projectID: projectID, fid: fid, on: c)?.binding else {
+                guard let (before, hash) = try await Self.current(projectID: projectID, fid: fid, on: c) else {
                     return (nil, false)
                 }
-                try await Self.lockUsers([before.userID], projectID: projectID, on: c)
+                try await Self.lockUsers(hashes: [hash.bytes], on: c)
                 let removed = try await c.query(
                     """
                     DELETE FROM user_bindings WHERE project_id = \(projectID) AND fid = \(fid) AND user_id = \(before.userID)

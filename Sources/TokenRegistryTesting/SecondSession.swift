@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import RegistryPostgres
 
 /// A database session of the test's own, beside the service's pool: it takes a lock the requests under test will
 /// need, waits until they queue behind it, and lets them go, so a test forces one interleaving every time instead
@@ -20,6 +21,21 @@ public final class SecondSession: Sendable {
     public func execute(_ sql: String) async throws { try await connection.execute(sql) }
 
     public func query(_ query: PostgresQuery) async throws -> PostgresRows { try await connection.query(query) }
+
+    /// Takes, in this session's open transaction, the lock the service takes for `userID` of `projectID`, a user
+    /// bound to an installation now: the key is the user's keyed hash, which the store keeps beside the binding
+    /// (the deployment's key is sealed; a test reads the hash, not the key).
+    public func lockUser(_ userID: String, projectID: String) async throws {
+        guard let hash = try await connection.query(
+            """
+            SELECT user_hmac FROM user_bindings WHERE project_id = \(projectID) AND user_id = \(userID) LIMIT 1
+            """
+        ).first?.require("user_hmac", as: ByteA.self)
+        else { throw SessionError(description: "user \(userID) is bound to no installation") }
+        let lock = PostgresRegistry.userLock(userHash: hash.bytes)
+        _ = try await connection.query(
+            "SELECT pg_advisory_xact_lock(\(Int(lock.class))::int, \(Int(lock.key))::int)::text AS held")
+    }
 
     /// Sessions of this database waiting for a lock now (other than this one).
     public func blocked() async throws -> Int {

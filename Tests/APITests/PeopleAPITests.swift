@@ -130,8 +130,7 @@ struct PeopleAPITests {
             for i in [phone, tablet, shared] { #expect(try await Self.bind(s, i.fid, "carol") == 200) }
             let session = try await SecondSession(conninfo: s.conninfo)
             try await session.execute("BEGIN")
-            _ = try await session.query(
-                "SELECT pg_advisory_xact_lock(7627861, hashtext(\(s.project.id) || E'\\n' || 'carol'))::text AS held")
+            try await session.lockUser("carol", projectID: s.project.id)
             let erase = Task { try await s.request("POST", "\(base)/users/carol:erase", headers: s.serverHeaders) }
             let move = Task { try await Self.bind(s, shared.fid, "dave") }
             let login = Task { try await Self.bind(s, fresh.fid, "carol") }
@@ -179,10 +178,11 @@ struct PeopleAPITests {
     @Test func aThirdErasureOfAProjectIsRefusedWhileTwoWait() async throws {
         try await TestService.with { s in
             let base = "/v1/projects/\(s.project.id)"
+            let device = try await s.createInstallation()
+            #expect(try await Self.bind(s, device.fid, "erin") == 200)
             let session = try await SecondSession(conninfo: s.conninfo)
             try await session.execute("BEGIN")
-            _ = try await session.query(
-                "SELECT pg_advisory_xact_lock(7627861, hashtext(\(s.project.id) || E'\\n' || 'erin'))::text AS held")
+            try await session.lockUser("erin", projectID: s.project.id)
             let first = Task { try await s.request("POST", "\(base)/users/erin:erase", headers: s.serverHeaders) }
             let second = Task { try await s.request("POST", "\(base)/users/erin:erase", headers: s.serverHeaders) }
             try await session.waitUntilBlocked(2)

@@ -89,6 +89,45 @@ struct ClientCompatibilityTests {
         }
     }
 
+    /// A page on another origin cannot act for a restricted web app through a key of an app without a list (an iOS
+    /// or Android key ships in every bundle): the key must be the created app's, and every app a later call names
+    /// (its key's, its installation's) must allow the origin.
+    @Test func anotherAppsKeyOpensNoRestrictedApp() async throws {
+        try await InProcessService.with { s in
+            let restricted = try await s.app.catalog.createApp(
+                project: s.project, platform: .web, bundleID: nil, autoInitDefault: true,
+                webOrigins: ["https://shop.example"])
+            let evil = "https://evil.example"
+            let refused = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations",
+                headers: ["Origin": evil, "x-goog-api-key": s.android.apiKey],
+                json: ["fid": "", "authVersion": "FIS_v2", "appId": .string(restricted.id)])
+            #expect(refused.status == 403 && refused.text.contains("appId"), "\(refused)")
+            // An installation of the restricted app, made from its own origin.
+            let i = try await s.createInstallation(app: restricted)
+            let asInstallation: [String: String] = [
+                "Origin": evil, "x-goog-api-key": s.android.apiKey, "x-goog-firebase-installations-auth": i.authToken,
+            ]
+            let generate = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(i.fid)/authTokens:generate",
+                headers: ["Origin": evil, "x-goog-api-key": s.android.apiKey, "Authorization": "FIS_v2 \(i.refreshToken)"],
+                json: ["installation": ["sdkVersion": "w:0.6.24"]])
+            #expect(generate.status == 200 && generate.header("access-control-allow-origin") == nil, "\(generate)")
+            let register = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/registrations", headers: asInstallation,
+                json: ["web": ["endpoint": "https://push.example/x", "auth": "YXV0aA", "p256dh": "cDI1NmRo"]])
+            #expect(register.header("access-control-allow-origin") == nil, "\(register)")
+            // From the app's own origin, the same calls are readable.
+            let own = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations/\(i.fid)/authTokens:generate",
+                headers: [
+                    "Origin": "https://shop.example", "x-goog-api-key": restricted.apiKey,
+                    "Authorization": "FIS_v2 \(i.refreshToken)",
+                ])
+            #expect(own.status == 200 && own.header("access-control-allow-origin") == "https://shop.example")
+        }
+    }
+
     @Test func androidDeletesWithAnEmptyGzipBody() async throws {
         try await InProcessService.with { s in
             let i = try await s.createInstallation(app: s.android)

@@ -49,6 +49,11 @@ struct InstallationsController {
         guard app.projectID == project.id else {
             throw APIError.permissionDenied("appId: the app does not belong to project \(project.id)")
         }
+        // The key must be the app's own (or shared by it): another app's key would open this app's installations to
+        // the origins that key allows.
+        guard caller.apps.contains(where: { $0.id == app.id }) else {
+            throw APIError.permissionDenied("appId: the API key is not one of app \(app.id)'s keys")
+        }
         let created = try await installations.create(
             project: project, app: app, requestedFID: requested ?? nil, sdkVersion: sdkVersion)
         return .json([
