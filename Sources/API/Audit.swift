@@ -26,9 +26,15 @@ public struct Audit: Sendable {
         }
     }
 
-    /// Acts on the person the path parameter names.
+    /// Acts on the person the path parameter names, as the route stores the ID (normalised: ``UserService/validate(
+    /// userID:field:)``): the entry's digest is then the one the person's erasure purges by, whichever spelling the
+    /// path used (a decomposed `Jose\u{301}` kept its clear name past the purge). An invalid ID, refused by the route,
+    /// is kept as sent.
     public static func user(_ action: String, _ parameter: String = "userId") -> Audit {
-        Audit(action: action) { .user($0.parameter(parameter)) }
+        Audit(action: action) { context in
+            let raw = context.parameter(parameter)
+            return .user((try? UserService.validate(userID: raw)) ?? raw)
+        }
     }
 
     /// Acts on a resource named by `template`, its `{parameters}` filled from the path. It must name no installation,
