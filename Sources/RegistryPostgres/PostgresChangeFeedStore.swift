@@ -27,7 +27,7 @@ struct PostgresChangeFeedStore: ChangeFeedStore {
             time: try row.require("created_at"))
     }
 
-    func relay() async throws -> Int {
+    func relay(limit: Int) async throws -> Int {
         try await db.transaction { c in
             guard
                 try await c.query("SELECT pg_try_advisory_xact_lock(\(Self.relayLock)) AS ok").first?.require(
@@ -41,7 +41,10 @@ struct PostgresChangeFeedStore: ChangeFeedStore {
             else { return 0 }
             let moved = try await c.query(
                 """
-                WITH moved AS (DELETE FROM event_outbox WHERE tx < \(xmin)::xid8 RETURNING *)
+                WITH moved AS (
+                    DELETE FROM event_outbox WHERE id IN (
+                        SELECT id FROM event_outbox WHERE tx < \(xmin)::xid8 ORDER BY id LIMIT \(limit))
+                    RETURNING *)
                 INSERT INTO events (project_id, type, fid, data, created_at)
                 SELECT project_id, type, fid, data, created_at FROM moved ORDER BY id
                 """)

@@ -35,4 +35,31 @@ struct FeedRetentionTests {
             #expect(try await feed().isEmpty)
         }
     }
+
+    /// A backlog moves a batch at a time, oldest first: each run moves at most its batches, and the next goes on
+    /// where it stopped, so no one statement has to move everything the feed held back.
+    @Test(arguments: StoreKind.available)
+    func aBacklogIsRelayedABatchAtATimeInOrder(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            var created: [String] = []
+            for _ in 0..<23 { created.append(try await f.installation().fid) }
+            func feed() async throws -> [String] {
+                try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100).map(\.fid)
+            }
+            // The relay waits for every older transaction of the cluster (other tests' too) to end; then a run of
+            // two batches of five moves ten, and no more, of this project's and others' events.
+            var first = 0
+            for _ in 0..<100 where first == 0 {
+                first = try await f.services.jobs.relayEvents(batch: 5, maxBatches: 2)
+                if first == 0 { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            #expect(first <= 10)
+            let moved = try await feed()
+            #expect(moved.count <= 10 && moved == Array(created.prefix(moved.count)), "\(moved.count)")
+            for _ in 0..<100 where try await feed().count < created.count {
+                _ = try await f.services.jobs.relayEvents(batch: 5, maxBatches: 2)
+            }
+            #expect(try await feed() == created)
+        }
+    }
 }

@@ -14,7 +14,7 @@ struct FeedWaitTests {
             asked.add(1, ordering: .relaxed)
             return []
         }
-        func relay() async throws -> Int { 0 }
+        func relay(limit: Int) async throws -> Int { 0 }
     }
 
     static func perSecond(_ waiters: Int, _ interval: Duration) -> Double {

@@ -90,8 +90,12 @@ public protocol ChangeFeedStore: Sendable {
     /// Numbers the events of finished transactions and moves them into the feed, in commit-safe order (an event
     /// is numbered only once no transaction that started before it can still add one with a lower number).
     ///
+    /// Moves at most `limit`, the oldest first, in one short transaction: a backlog (the feed held back behind a
+    /// long transaction) is moved a batch at a time, never in one statement that could outlast its time-out and
+    /// roll back for good.
+    ///
     /// - Returns: how many moved; 0 when another replica is relaying.
-    func relay() async throws -> Int
+    func relay(limit: Int) async throws -> Int
 }
 
 /// Counts that describe the deletion machinery and the jobs, the same from every replica.

@@ -135,8 +135,17 @@ public struct Jobs: Sendable {
     public func deliverDue(batch: Int = 50) async throws -> Int { try await delivery.run(batch: batch) }
     public func expireIdle() async throws -> Int { try await expiry.run() }
     public func reportExpiredRegistrations() async throws -> Int { try await registrationExpiry.run() }
-    /// Moves events of finished transactions into the change feed.
-    public func relayEvents() async throws -> Int { try await feed.relay() }
+    /// Moves events of finished transactions into the change feed, `batch` at a time until fewer are left (at most
+    /// `maxBatches` batches a run; the next run goes on).
+    public func relayEvents(batch: Int = 5_000, maxBatches: Int = 40) async throws -> Int {
+        var total = 0
+        for _ in 0..<maxBatches {
+            let moved = try await feed.relay(limit: batch)
+            total += moved
+            if moved < batch { break }
+        }
+        return total
+    }
 
     /// The deletion and job gauges, read from the store so every replica reports the same.
     public func gauges() async throws -> RegistryGauges { try await maintenance.gauges(at: try await clock.now()) }

@@ -264,10 +264,10 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
         Array(feed.filter { $0.projectID == projectID && $0.event.sequence > cursor }.map(\.event).prefix(limit))
     }
 
-    public func relay() async throws -> Int {
+    public func relay(limit: Int) async throws -> Int {
         // One actor: every appended event belongs to a finished change, so all of them are safe to number.
-        let moved = outbox
-        outbox = []
+        let moved = outbox.prefix(limit)
+        outbox.removeFirst(moved.count)
         for e in moved {
             feed.append(
                 (e.projectID, FeedEvent(sequence: next(), type: e.type, fid: e.fid, data: e.data, time: e.time)))
