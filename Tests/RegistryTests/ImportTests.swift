@@ -163,6 +163,116 @@ struct ImportTests {
         }
     }
 
+    /// Every string a registry-format line carries, at its path in the line.
+    static let stringPaths: [[String]] = [
+        ["sdkVersion"], ["importedFrom"], ["registration", "token"], ["registration", "apnsToken"],
+        ["registration", "bundleId"], ["registration", "appVersion"], ["registration", "sdkVersion"],
+        ["registration", "webPush", "endpoint"], ["registration", "webPush", "auth"],
+        ["registration", "webPush", "p256dh"], ["registration", "webPush", "applicationPubKey"],
+        ["registration", "webPush", "origin"], ["registration", "retirement", "reason"],
+        ["registration", "quarantine", "reason"], ["consents", "0", "source"], ["consents", "0", "policyVersion"],
+        ["consentLedger", "0", "source"], ["consentLedger", "0", "policyVersion"], ["senderTokens", "0", "sender"],
+        ["senderTokens", "0", "scope"], ["senderTokens", "0", "token"], ["user", "userId"], ["topics", "0", "topic"],
+    ]
+
+    /// A line of the registry's own export with every optional part present.
+    static func fullLine(fid: String, appID: String) -> JSONValue {
+        let t = "2024-01-01T00:00:00Z"
+        let token: JSONValue = .string(fid + ":APA91bfull")
+        return [
+            "fid": .string(fid), "appId": .string(appID), "createTime": .string(t), "lastSeenTime": .string(t),
+            "sdkVersion": "a:19.0.0", "importedFrom": "sns",
+            "registration": [
+                "token": token, "platform": "android", "state": "active", "createTime": .string(t),
+                "refreshTime": .string(t), "apnsToken": "abcdef01", "bundleId": "com.example", "appVersion": "1.0",
+                "sdkVersion": "a:19.0.0",
+                "webPush": [
+                    "endpoint": "https://push.example/x", "auth": "YXV0aA", "p256dh": "cDI1NmRo",
+                    "applicationPubKey": "a2V5", "origin": "https://app.example",
+                ],
+                "retirement": ["reason": "UNREGISTERED", "channel": "fcm", "time": .string(t)],
+                "quarantine": ["reason": "UNAVAILABLE", "channel": "fcm", "time": .string(t)],
+            ],
+            "consents": [
+                [
+                    "purpose": "messaging", "granted": true, "actor": "server", "updateTime": .string(t),
+                    "source": "crm", "policyVersion": "v1",
+                ]
+            ],
+            "consentLedger": [
+                [
+                    "purpose": "messaging", "granted": true, "actor": "server", "recordTime": .string(t),
+                    "source": "crm", "policyVersion": "v1",
+                ]
+            ],
+            "senderTokens": [["sender": "987", "scope": "*", "token": .string(fid + ":APA91bsender")]],
+            "user": ["userId": "someone"], "topics": [["topic": "news", "createTime": .string(t)]],
+        ]
+    }
+
+    static func setting(_ value: JSONValue, at path: ArraySlice<String>, in line: JSONValue) -> JSONValue {
+        guard let key = path.first else { return value }
+        switch line {
+        case let .array(items):
+            var items = items
+            let i = Int(key)!
+            items[i] = setting(value, at: path.dropFirst(), in: items[i])
+            return .array(items)
+        case let .object(members):
+            return .object(members.map { $0.0 == key ? ($0.0, setting(value, at: path.dropFirst(), in: $0.1)) : $0 })
+        default: return line
+        }
+    }
+
+    /// Every string of a registry-format line, in turn, with what the API refuses (a NUL, a control character, 3,000
+    /// random characters, an empty string): each such line is a rejection naming its field, never a batch the store
+    /// refuses, and the import goes on to the valid line after each. (A store's refusal failed the run, and a resumed
+    /// run failed on the same row again.)
+    @Test(arguments: StoreKind.available)
+    func everyFieldOfARecordIsCheckedAsTheAPIChecksIt(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            let app = try await Self.android(f)
+            var random = SystemRandomNumberGenerator()
+            let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-:.")
+            let long = String((0..<3000).map { _ in alphabet.randomElement(using: &random)! })
+            let hostile = ["a\u{0}b", "a\u{1}b", long, ""]
+            var rows: [ImportRow] = []
+            var expectedRejections = 0
+            var n = 0
+            func fid() -> String { n += 1; return String(format: "cBBBBBBBBBBBBBBBBB%04d", n) }
+            for path in Self.stringPaths {
+                for value in hostile {
+                    let id = fid()
+                    let line = Self.setting(.string(value), at: path[...], in: Self.fullLine(fid: id, appID: app.id))
+                    let text = line.text
+                    let row = try ImportFormatTests.rows(.registry, text).first ?? .skipped
+                    // Empty optional text is allowed (and stored as given); everything else here is refused.
+                    if case .record = row {
+                        if case let .record(r) = row, r.refusal() != nil { expectedRejections += 1 }
+                    } else {
+                        expectedRejections += 1
+                    }
+                    rows.append(row)
+                    let valid = fid()
+                    rows.append(ImportFormatTests.registryRow(Self.fullLine(fid: valid, appID: app.id)))
+                }
+            }
+            var rejected: [ImportRejection] = []
+            var reader = Rows(rows: rows)
+            let progress = try await f.services.imports.run(
+                project: f.project, apps: [app], format: .registry, reader: &reader, key: "hostile", dryRun: false,
+                batchSize: 7, bytes: { 0 }, progress: { _ in }, rejected: { rejected.append($0) })
+            #expect(progress.rejected == expectedRejections && rejected.count == expectedRejections)
+            // Every field's NUL, control character and long value is among them.
+            #expect(expectedRejections >= Self.stringPaths.count * 3, "\(expectedRejections)")
+            #expect(progress.imported == rows.count - expectedRejections)
+            for m in stride(from: 2, through: n, by: 2) {
+                let valid = String(format: "cBBBBBBBBBBBBBBBBB%04d", m)
+                #expect(try await f.services.installations.find(project: f.project, fid: valid) != nil, "\(valid)")
+            }
+        }
+    }
+
     /// The project's export as lines: the bytes `export` writes, cut at each newline.
     static func lines(of f: DomainFixture) async throws -> [String] {
         var bytes: [UInt8] = []

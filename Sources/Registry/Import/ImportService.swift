@@ -117,6 +117,7 @@ public struct ImportService: Sendable {
     public func plan(_ r: ImportRecord, project: Project, apps: [App], format: ImportFormat) -> Result<
         PlannedImport, ImportRejection
     > {
+        if let reason = r.refusal() { return .failure(ImportRejection(line: r.line, reason: reason)) }
         let now = clock.now()
         let app: App?
         if let id = r.appID { app = apps.first { $0.id == id } } else { app = apps.first { $0.platform == r.platform } }

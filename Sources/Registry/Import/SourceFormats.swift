@@ -90,11 +90,18 @@ public enum SourceFormats {
 struct JSONSourceReader: ImportReader {
     let format: ImportFormat
     var values: JSONValues
-    /// Rows of a value that holds several (an SNS page), still to be handed out.
-    var queued: [ImportRow] = []
+    /// The endpoints of an SNS page still to be read (its line, them, the next one's index): each becomes a row only
+    /// when it is handed out, so a page of millions of endpoints costs its parsed JSON and one row at a time.
+    var page: (line: Int, endpoints: [JSONValue], next: Int)?
 
     mutating func next() throws -> ImportRow? {
-        if !queued.isEmpty { return queued.removeFirst() }
+        if let (line, endpoints, index) = page {
+            if index < endpoints.count {
+                page = (line, endpoints, index + 1)
+                return SNSRows.row(endpoints[index], line: line)
+            }
+            page = nil
+        }
         guard let (line, parsed) = values.next() else { return nil }
         let value: JSONValue
         switch parsed {
@@ -104,8 +111,12 @@ struct JSONSourceReader: ImportReader {
         switch format {
         case .fcmDjango, .pushNotifications: return DjangoRows.row(value, line: line, format: format)
         case .sns:
-            queued = SNSRows.rows(value, line: line)
-            return queued.isEmpty ? .skipped : queued.removeFirst()
+            guard let endpoints = value["Endpoints"]?.arrayValue else {
+                return .rejected(ImportRejection(line: line, reason: "not a ListEndpointsByPlatformApplication page"))
+            }
+            guard let first = endpoints.first else { return .skipped }
+            page = (line, endpoints, 1)
+            return SNSRows.row(first, line: line)
         case .pinpoint: return PinpointRows.row(value, line: line)
         case .registry: return RegistryExportFormat.row(value, line: line)
         case .oneSignalCSV: return .skipped
@@ -163,31 +174,27 @@ enum DjangoRows {
 /// {"Enabled", "Token", "CustomUserData"}}]}`, one after another. The platform is the ARN's: `…:endpoint/GCM/…`
 /// (FCM), `APNS` and `APNS_SANDBOX`.
 enum SNSRows {
-    static func rows(_ page: JSONValue, line: Int) -> [ImportRow] {
-        guard let endpoints = page["Endpoints"]?.arrayValue else {
-            return [.rejected(ImportRejection(line: line, reason: "not a ListEndpointsByPlatformApplication page"))]
+    /// One endpoint of a page.
+    static func row(_ endpoint: JSONValue, line: Int) -> ImportRow {
+        guard let arn = endpoint["EndpointArn"]?.stringValue, let attributes = endpoint["Attributes"],
+            let token = attributes["Token"]?.stringValue
+        else { return .rejected(ImportRejection(line: line, reason: "an endpoint needs EndpointArn and Attributes.Token")) }
+        let kind = arn.split(separator: ":").last.map { String($0.split(separator: "/").dropFirst().first ?? "") } ?? ""
+        let made: Result<ImportRecord, ImportRejection>
+        switch kind {
+        case "GCM": made = SourceFormats.record(line: line, sourceKey: arn, platform: .android, fcmToken: token)
+        case "APNS": made = SourceFormats.record(line: line, sourceKey: arn, platform: .ios, apnsToken: token)
+        case "APNS_SANDBOX":
+            made = SourceFormats.record(line: line, sourceKey: arn, platform: .ios, apnsToken: token, sandbox: true)
+        default:
+            return .rejected(ImportRejection(line: line, reason: "platform \(kind.prefix(32)) is not FCM or APNs"))
         }
-        return endpoints.map { endpoint in
-            guard let arn = endpoint["EndpointArn"]?.stringValue, let attributes = endpoint["Attributes"],
-                let token = attributes["Token"]?.stringValue
-            else { return .rejected(ImportRejection(line: line, reason: "an endpoint needs EndpointArn and Attributes.Token")) }
-            let kind = arn.split(separator: ":").last.map { String($0.split(separator: "/").dropFirst().first ?? "") } ?? ""
-            let made: Result<ImportRecord, ImportRejection>
-            switch kind {
-            case "GCM": made = SourceFormats.record(line: line, sourceKey: arn, platform: .android, fcmToken: token)
-            case "APNS": made = SourceFormats.record(line: line, sourceKey: arn, platform: .ios, apnsToken: token)
-            case "APNS_SANDBOX":
-                made = SourceFormats.record(line: line, sourceKey: arn, platform: .ios, apnsToken: token, sandbox: true)
-            default:
-                return .rejected(ImportRejection(line: line, reason: "platform \(kind.prefix(32)) is not FCM or APNs"))
-            }
-            switch made {
-            case var .success(r):
-                r.messagingConsent = SourceFormats.bool(attributes["Enabled"])
-                r.userID = SourceFormats.userID(attributes["CustomUserData"]?.stringValue)
-                return .record(r)
-            case let .failure(rejection): return .rejected(rejection)
-            }
+        switch made {
+        case var .success(r):
+            r.messagingConsent = SourceFormats.bool(attributes["Enabled"])
+            r.userID = SourceFormats.userID(attributes["CustomUserData"]?.stringValue)
+            return .record(r)
+        case let .failure(rejection): return .rejected(rejection)
         }
     }
 }
