@@ -77,8 +77,10 @@ struct CORS: Sendable {
     }
 
     /// The apps a browser request speaks for, each group a restriction the origin must pass: its API key's apps, and
-    /// the app of the installation it acts as (its auth token's, or the `{fid}` its refresh token proved); nil when it
-    /// names none. A key of one app does not open another app's installation: every group must allow the origin.
+    /// the apps that share a key with the app of the installation it acts as (its auth token's, or the `{fid}`'s of a
+    /// refresh-token call); nil when it names none. A key of one app does not open another app's installation: every
+    /// group must allow the origin. The installation's group is its app's key's, as a create's was: a site deployed
+    /// with a sibling app's config (apps that share a key) goes on refreshing what it created.
     private func apps(of request: HTTPRequest, parameters: [String: String]) async -> [[App]]? {
         var groups: [[App]] = []
         if let key = Authenticator.apiKey(request), let apps = try? await catalog.apps(apiKey: key), !apps.isEmpty {
@@ -88,7 +90,7 @@ struct CORS: Sendable {
             let claims = try? await installations.tokens.verify(Authenticator.installationAuthToken(raw)),
             let app = try? await catalog.app(id: claims.appID)
         {
-            groups.append([app])
+            groups.append(await keyGroup(of: app))
         }
         if let authorization = request.headers["authorization"], authorization.hasPrefix("FIS_v2 "),
             let fid = parameters["fid"], let projectID = parameters["project"],
@@ -96,8 +98,16 @@ struct CORS: Sendable {
             let installation = try? await installations.find(project: project, fid: fid),
             let app = try? await catalog.app(id: installation.appID)
         {
-            groups.append([app])
+            groups.append(await keyGroup(of: app))
         }
         return groups.isEmpty ? nil : groups
+    }
+
+    /// The apps that share `app`'s API key (itself among them).
+    private func keyGroup(of app: App) async -> [App] {
+        guard let apps = try? await catalog.apps(apiKey: app.apiKey), apps.contains(where: { $0.id == app.id }) else {
+            return [app]
+        }
+        return apps
     }
 }

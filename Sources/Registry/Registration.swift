@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// One installation's push registration as stored: its current token and what the platform needs to deliver to it.
@@ -103,6 +104,31 @@ public struct WebPush: Sendable, Equatable {
         self.p256dh = p256dh
         self.applicationPubKey = applicationPubKey
         self.origin = origin
+    }
+
+    /// The first field (its name under the subscription) that breaks the rules a stored subscription meets, with the
+    /// rule; nil when it meets them. One rule for the registrations route and for imports: an http(s) endpoint of
+    /// 1-2,048 bytes, `auth` and `p256dh` of 1-256 bytes of base64url, a key of at most 256 bytes, an origin of at
+    /// most 256 printable bytes; no NUL anywhere.
+    public var refusal: (field: String, reason: String)? {
+        if endpoint.isEmpty || endpoint.utf8.count > 2048 || endpoint.utf8.contains(0) {
+            return ("endpoint", "must be 1-2048 bytes")
+        }
+        guard endpoint.hasPrefix("https://") || endpoint.hasPrefix("http://") else {
+            return ("endpoint", "must be an http(s) URL")
+        }
+        for (field, value) in [("auth", auth), ("p256dh", p256dh)] {
+            guard (1...256).contains(value.utf8.count), Base64URL.decode(value) != nil else {
+                return (field, "must be 1-256 bytes of base64url")
+            }
+        }
+        if let key = applicationPubKey, key.utf8.count > 256 || key.utf8.contains(0) {
+            return ("applicationPubKey", "must be at most 256 bytes, without NUL")
+        }
+        if let origin, !Identifiers.isPlainText(origin, limit: 256) {
+            return ("origin", "must be at most 256 bytes of printable text")
+        }
+        return nil
     }
 }
 

@@ -42,8 +42,8 @@ struct PostgresChangeFeedStore: ChangeFeedStore {
             let moved = try await c.query(
                 """
                 WITH moved AS (
-                    DELETE FROM event_outbox WHERE id IN (
-                        SELECT id FROM event_outbox WHERE tx < \(xmin)::xid8 ORDER BY id LIMIT \(limit))
+                    DELETE FROM event_outbox WHERE id = ANY(ARRAY(
+                        SELECT id FROM event_outbox WHERE tx < \(xmin)::xid8 ORDER BY id LIMIT \(limit)))
                     RETURNING *)
                 INSERT INTO events (project_id, type, fid, data, created_at)
                 SELECT project_id, type, fid, data, created_at FROM moved ORDER BY id

@@ -103,6 +103,11 @@ struct ClientCompatibilityTests {
                 headers: ["Origin": evil, "x-goog-api-key": s.android.apiKey],
                 json: ["fid": "", "authVersion": "FIS_v2", "appId": .string(restricted.id)])
             #expect(refused.status == 403 && refused.text.contains("appId"), "\(refused)")
+            // A native client (no page, no Origin) may use any key of the project, as Google lets it.
+            let native = try await s.request(
+                "POST", "/v1/projects/\(s.project.id)/installations", headers: ["x-goog-api-key": s.android.apiKey],
+                json: ["fid": "", "authVersion": "FIS_v2", "appId": .string(restricted.id)])
+            #expect(native.status == 200, "\(native)")
             // An installation of the restricted app, made from its own origin.
             let i = try await s.createInstallation(app: restricted)
             let asInstallation: [String: String] = [
@@ -264,6 +269,16 @@ struct ClientCompatibilityTests {
                     json: ["fid": "", "authVersion": "FIS_v2", "appId": .string(debug.id), "sdkVersion": "w:0.6.24"])
                 #expect(response.status == 200)
                 #expect((response.header("access-control-allow-origin") == origin) == allowed, "\(origin)")
+                // The installation's later calls are judged by the same apps: a site deployed with the other app's
+                // config goes on refreshing what it created.
+                let json = try #require(response.json)
+                let fid = try #require(json["fid"]?.stringValue)
+                let refresh = try #require(json["refreshToken"]?.stringValue)
+                let generate = try await s.request(
+                    "POST", "/v1/projects/\(s.project.id)/installations/\(fid)/authTokens:generate",
+                    headers: ["x-goog-api-key": key, "Origin": origin, "Authorization": "FIS_v2 \(refresh)"])
+                #expect(generate.status == 200)
+                #expect((generate.header("access-control-allow-origin") == origin) == allowed, "\(origin)")
             }
         }
     }

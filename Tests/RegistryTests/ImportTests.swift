@@ -224,10 +224,21 @@ struct ImportTests {
         }
     }
 
+    /// The strings of a registry-format line that may be empty (optional facts); every other one must not.
+    static let mayBeEmpty: Set<[String]> = [
+        ["sdkVersion"], ["importedFrom"], ["registration", "bundleId"], ["registration", "appVersion"],
+        ["registration", "sdkVersion"], ["registration", "webPush", "applicationPubKey"],
+        ["registration", "webPush", "origin"], ["registration", "retirement", "reason"],
+        ["registration", "quarantine", "reason"], ["consents", "0", "source"], ["consents", "0", "policyVersion"],
+        ["consentLedger", "0", "source"], ["consentLedger", "0", "policyVersion"],
+    ]
+
     /// Every string of a registry-format line, in turn, with what the API refuses (a NUL, a control character, 3,000
-    /// random characters, an empty string): each such line is a rejection naming its field, never a batch the store
-    /// refuses, and the import goes on to the valid line after each. (A store's refusal failed the run, and a resumed
-    /// run failed on the same row again.)
+    /// random characters, and an empty string where the field is required): each such line is a rejection, never a
+    /// batch the store refuses, and the import goes on to the valid line after each; the outcome of every line is
+    /// known beforehand. (A store's refusal failed the run, and a resumed run failed on the same row again.) A line
+    /// with every field at the API's limits (an http endpoint, a 64-byte version, a 255-byte bundle ID, a 2,048-byte
+    /// token) is imported.
     @Test(arguments: StoreKind.available)
     func everyFieldOfARecordIsCheckedAsTheAPIChecksIt(_ kind: StoreKind) async throws {
         try await DomainFixture.with(kind) { f in
@@ -235,41 +246,73 @@ struct ImportTests {
             var random = SystemRandomNumberGenerator()
             let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-:.")
             let long = String((0..<3000).map { _ in alphabet.randomElement(using: &random)! })
-            let hostile = ["a\u{0}b", "a\u{1}b", long, ""]
-            var rows: [ImportRow] = []
-            var expectedRejections = 0
+            var lines: [String] = []
+            var refused: Set<Int> = []
+            var valid: [String] = []
             var n = 0
             func fid() -> String { n += 1; return String(format: "cBBBBBBBBBBBBBBBBB%04d", n) }
             for path in Self.stringPaths {
-                for value in hostile {
-                    let id = fid()
-                    let line = Self.setting(.string(value), at: path[...], in: Self.fullLine(fid: id, appID: app.id))
-                    let text = line.text
-                    let row = try ImportFormatTests.rows(.registry, text).first ?? .skipped
-                    // Empty optional text is allowed (and stored as given); everything else here is refused.
-                    if case .record = row {
-                        if case let .record(r) = row, r.refusal() != nil { expectedRejections += 1 }
-                    } else {
-                        expectedRejections += 1
-                    }
-                    rows.append(row)
-                    let valid = fid()
-                    rows.append(ImportFormatTests.registryRow(Self.fullLine(fid: valid, appID: app.id)))
+                for value in ["a\u{0}b", "a\u{1}b", long, ""] {
+                    let line = Self.setting(.string(value), at: path[...], in: Self.fullLine(fid: fid(), appID: app.id))
+                    lines.append(line.text)
+                    // The route takes any key without NUL (the JS SDK's own); every other string is printable.
+                    let allowed =
+                        (value.isEmpty && Self.mayBeEmpty.contains(path))
+                        || (value == "a\u{1}b" && path == ["registration", "webPush", "applicationPubKey"])
+                    if !allowed { refused.insert(lines.count) }
+                    let good = fid()
+                    valid.append(good)
+                    lines.append(Self.fullLine(fid: good, appID: app.id).text)
                 }
             }
+            // Every field at the API's limits.
+            let edge = fid()
+            valid.append(edge)
+            var atLimits = Self.fullLine(fid: edge, appID: app.id)
+            for (path, value) in [
+                (["sdkVersion"], String(repeating: "v", count: 64)),
+                (["registration", "appVersion"], String(repeating: "9", count: 64)),
+                (["registration", "bundleId"], String(repeating: "b", count: 255)),
+                (["registration", "token"], edge + ":" + String(repeating: "t", count: 2048 - edge.utf8.count - 1)),
+                (["registration", "apnsToken"], String(repeating: "AB", count: 100)),
+                (["registration", "webPush", "endpoint"], "http://push.example/" + String(repeating: "e", count: 2028)),
+                (["registration", "webPush", "applicationPubKey"], String(repeating: "k", count: 255) + "="),
+                (["senderTokens", "0", "sender"], String(repeating: "s", count: 256)),
+                (["user", "userId"], String(repeating: "\u{E9}", count: 128)),
+            ] {
+                atLimits = Self.setting(.string(value), at: path[...], in: atLimits)
+            }
+            lines.append(atLimits.text)
             var rejected: [ImportRejection] = []
-            var reader = Rows(rows: rows)
+            var reader = Rows(rows: try ImportFormatTests.rows(.registry, lines.joined(separator: "\n")))
             let progress = try await f.services.imports.run(
                 project: f.project, apps: [app], format: .registry, reader: &reader, key: "hostile", dryRun: false,
                 batchSize: 7, bytes: { 0 }, progress: { _ in }, rejected: { rejected.append($0) })
-            #expect(progress.rejected == expectedRejections && rejected.count == expectedRejections)
-            // Every field's NUL, control character and long value is among them.
-            #expect(expectedRejections >= Self.stringPaths.count * 3, "\(expectedRejections)")
-            #expect(progress.imported == rows.count - expectedRejections)
-            for m in stride(from: 2, through: n, by: 2) {
-                let valid = String(format: "cBBBBBBBBBBBBBBBBB%04d", m)
-                #expect(try await f.services.installations.find(project: f.project, fid: valid) != nil, "\(valid)")
+            #expect(Set(rejected.map(\.line)) == refused, "\(rejected.prefix(5))")
+            #expect(progress.rejected == refused.count && progress.imported == lines.count - refused.count)
+            for good in valid {
+                #expect(try await f.services.installations.find(project: f.project, fid: good) != nil, "\(good)")
             }
+            let stored = try #require(try await f.services.registrations.find(project: f.project, tokenOrFID: edge))
+            #expect(stored.apnsToken == String(repeating: "ab", count: 100))
+            #expect(stored.web?.endpoint.hasPrefix("http://") == true)
+        }
+    }
+
+    /// A third-party source's optional facts that this registry would not take (an app version of 100 bytes, an SDK
+    /// version with a control character) are left out; the device and its token are imported.
+    @Test(arguments: StoreKind.available)
+    func aSourcesUnfitFactsAreLeftOutNotTheDevice(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            guard case var .record(r) = Self.android(1, seen: f.clock.now()) else { return }
+            r.appVersion = String(repeating: "1", count: 100)
+            r.sdkVersion = "a\u{7}b"
+            r.bundleID = "com.example.app"
+            let progress = try await Self.run(f, [.record(r)], format: .pinpoint)
+            #expect(progress.imported == 1 && progress.rejected == 0)
+            let stored = try #require(try await f.services.registrations.find(project: f.project, tokenOrFID: r.fid!))
+            #expect(stored.appVersion == nil && stored.bundleID == "com.example.app")
+            #expect(try await f.services.installations.find(project: f.project, fid: r.fid!)?.sdkVersion == nil)
         }
     }
 

@@ -137,19 +137,15 @@ struct RegistrationsController: Sendable {
         let present = ["web", "ios", "android"].filter { json[$0].map { !$0.isNull } ?? false }
         guard present.count == 1 else { throw APIError.invalid("exactly one of web, ios or android is required") }
         if let web = try body.object("web") {
-            let endpoint = try web.string("endpoint", required: true, maxBytes: 2048, allowEmpty: false)!
-            guard endpoint.hasPrefix("https://") || endpoint.hasPrefix("http://") else {
-                throw APIError.invalid("web.endpoint: must be an http(s) URL")
-            }
-            let auth = try web.string("auth", required: true, maxBytes: 256, allowEmpty: false)!
-            let p256dh = try web.string("p256dh", required: true, maxBytes: 256, allowEmpty: false)!
-            guard Base64URL.decode(auth) != nil else { throw APIError.invalid("web.auth: must be base64url") }
-            guard Base64URL.decode(p256dh) != nil else { throw APIError.invalid("web.p256dh: must be base64url") }
-            let key = try web.string("applicationPubKey", maxBytes: 256)
-            let origin = try web.text("origin", maxBytes: 256)
-            return ClientRegistration(
-                platform: .web, sdkVersion: sdkVersion,
-                web: WebPush(endpoint: endpoint, auth: auth, p256dh: p256dh, applicationPubKey: key, origin: origin))
+            let subscription = WebPush(
+                endpoint: try web.string("endpoint", required: true, maxBytes: 2048, allowEmpty: false)!,
+                auth: try web.string("auth", required: true, maxBytes: 256, allowEmpty: false)!,
+                p256dh: try web.string("p256dh", required: true, maxBytes: 256, allowEmpty: false)!,
+                applicationPubKey: try web.string("applicationPubKey", maxBytes: 256),
+                origin: try web.text("origin", maxBytes: 256))
+            // The rules an import's subscriptions meet too (``WebPush/refusal``).
+            if let (field, reason) = subscription.refusal { throw APIError.invalid("web.\(field): \(reason)") }
+            return ClientRegistration(platform: .web, sdkVersion: sdkVersion, web: subscription)
         }
         if let ios = try body.object("ios") {
             let apns = try APNsDevice(

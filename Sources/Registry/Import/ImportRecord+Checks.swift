@@ -93,15 +93,20 @@ extension ImportRecord {
         return nil
     }
 
-    /// A web push subscription as the registrations route takes one: an https endpoint of at most 2,048 bytes, its
-    /// keys and origin at most 256 bytes each.
+    /// A web push subscription by the registrations route's rule (``WebPush/refusal``).
     private static func web(_ field: String, _ w: WebPush) -> String? {
-        guard w.endpoint.hasPrefix("https://") else { return "\(field).endpoint: must be an https URL" }
-        let checks: [String?] = [
-            text("\(field).endpoint", w.endpoint, max: 2048), text("\(field).auth", w.auth, max: 256, empty: false),
-            text("\(field).p256dh", w.p256dh, max: 256, empty: false),
-            text("\(field).applicationPubKey", w.applicationPubKey, max: 256), text("\(field).origin", w.origin, max: 256),
-        ]
-        return checks.lazy.compactMap { $0 }.first
+        w.refusal.map { "\(field).\($0.field): \($0.reason)" }
+    }
+
+    /// The same record without the optional facts a third-party source reported that this registry would not take
+    /// (an app or SDK version over 64 bytes or with control characters, a bundle ID over 255): the register API
+    /// drops such a value too, and the device and its token are what an import is for. The registry's own export is
+    /// taken whole or refused (``refusal()``).
+    public func droppingUnfitFacts() -> ImportRecord {
+        var r = self
+        if Self.text("", r.appVersion, max: 64) != nil { r.appVersion = nil }
+        if Self.text("", r.sdkVersion, max: 64) != nil { r.sdkVersion = nil }
+        if Self.text("", r.bundleID, max: 255) != nil { r.bundleID = nil }
+        return r
     }
 }

@@ -117,6 +117,7 @@ public struct ImportService: Sendable {
     public func plan(_ r: ImportRecord, project: Project, apps: [App], format: ImportFormat) -> Result<
         PlannedImport, ImportRejection
     > {
+        let r = format == .registry ? r : r.droppingUnfitFacts()
         if let reason = r.refusal() { return .failure(ImportRejection(line: r.line, reason: reason)) }
         let now = clock.now()
         let app: App?

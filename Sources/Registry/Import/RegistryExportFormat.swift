@@ -143,7 +143,8 @@ public enum RegistryExportFormat {
                 let made = SourceTime.parse(r["createTime"]?.stringValue)
             else { return fail("registration: state, createTime, refreshTime required") }
             var reg = Registration(
-                projectID: "", fid: fid, token: token, platform: platform, apnsToken: r["apnsToken"]?.stringValue,
+                projectID: "", fid: fid, token: token, platform: platform,
+                apnsToken: r["apnsToken"]?.stringValue?.lowercased(),  // stored in lower case, as the API stores it
                 apnsEnvironment: r["apnsEnvironment"]?.stringValue.flatMap(APNsEnvironment.init(rawValue:)),
                 bundleID: r["bundleId"]?.stringValue, appVersion: r["appVersion"]?.stringValue,
                 sdkVersion: r["sdkVersion"]?.stringValue, state: state,
