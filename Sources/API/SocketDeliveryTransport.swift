@@ -102,7 +102,7 @@ enum OutboundRequest {
                     let tls = try TLSClient(
                         fd: fd, serverName: endpoint.host, deadline: deadline, trustAnchors: trustAnchors)
                     try tls.write(request)
-                    return status { try tls.read(upTo: 16 * 1024) }
+                    return status(deadline: deadline) { try tls.read(upTo: 16 * 1024) }
                 } catch let error as CryptoError {
                     return .failed(error.reason.hasSuffix("timed out") ? "timed out" : "TLS failed")
                 } catch {
@@ -110,15 +110,25 @@ enum OutboundRequest {
                 }
             }
             guard write(request, to: fd, deadline: deadline) else { return .failed("connection failed while sending") }
-            return status { try read(from: fd, deadline: deadline) }
+            return status(deadline: deadline) { try read(from: fd, deadline: deadline) }
         }
         return .failed(lastFailure)
     }
 
-    /// Reads until the final status line; redirects are failures, 1xx answers are skipped.
-    static func status(_ read: () throws -> [UInt8]) -> DeliveryResponse {
+    /// The most interim (1xx) answers read before the final one.
+    static let maxInterimAnswers = 8
+
+    /// Reads until the final status line; redirects are failures, 1xx answers are skipped (at most
+    /// ``maxInterimAnswers``). Every byte the peer sends counts against ``maxResponseBytes``, interim heads included,
+    /// and the deadline is checked before each read: a peer that answers `100 Continue` without end, as fast as it is
+    /// read, held a delivery (and the jobs run waiting for it, every project's) for ever, since neither the skipped
+    /// heads nor a read that never waits reached a bound.
+    static func status(deadline: UInt64, _ read: () throws -> [UInt8]) -> DeliveryResponse {
         var received: [UInt8] = []
-        while received.count < SocketDeliveryTransport.maxResponseBytes {
+        var total = 0
+        var interim = 0
+        while total < SocketDeliveryTransport.maxResponseBytes {
+            guard millisecondsLeft(deadline) != nil else { return .failed("timed out") }
             let chunk: [UInt8]
             do {
                 chunk = try read()
@@ -130,7 +140,9 @@ enum OutboundRequest {
                 return .failed("timed out")
             }
             if chunk.isEmpty { break }
-            received += chunk.prefix(SocketDeliveryTransport.maxResponseBytes - received.count)
+            let kept = chunk.prefix(SocketDeliveryTransport.maxResponseBytes - total)
+            total += kept.count
+            received += kept
             while let lineEnd = received.firstIndex(of: 0x0a) {
                 let line = String(decoding: received[..<lineEnd], as: UTF8.self)
                 let parts = line.split(separator: " ", maxSplits: 2)
@@ -140,6 +152,8 @@ enum OutboundRequest {
                 if (100..<200).contains(code) {
                     // An interim answer: skip to the end of its head, then read the final one.
                     guard let headEnd = headEnd(received) else { break }
+                    interim += 1
+                    guard interim <= maxInterimAnswers else { return .failed("malformed response") }
                     received.removeFirst(headEnd)
                     continue
                 }

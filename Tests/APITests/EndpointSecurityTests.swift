@@ -17,7 +17,8 @@ final class RawTCPServer: @unchecked Sendable {
     private let lock = NSLock()
     private var connections = 0
 
-    init(reply: [UInt8]?) throws {
+    /// - Parameter endless: send `reply` again and again until the client goes away (a peer that never stops talking).
+    init(reply: [UInt8]?, endless: Bool = false) throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -48,7 +49,12 @@ final class RawTCPServer: @unchecked Sendable {
                     var buffer = [UInt8](repeating: 0, count: 4096)
                     _ = recv(client, &buffer, buffer.count, 0)
                     if let reply {
-                        _ = reply.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                        repeat {
+                            let sent = reply.withUnsafeBytes {
+                                send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                            }
+                            if sent <= 0 { break }
+                        } while endless
                         close(client)
                     } else {
                         Thread.sleep(forTimeInterval: 5)
@@ -140,6 +146,28 @@ struct EndpointSecurityTests {
                 == .failed("timed out")
         )
         #expect(ContinuousClock.now - started < .seconds(3))
+        // Interim answers: a few are skipped, more than eight are a malformed answer, and a peer that sends them
+        // without end (as fast as they are read) is cut at the answer's byte bound well within the time limit.
+        let interim = Array("HTTP/1.1 100 \r\n\r\n".utf8)
+        let twoThenDone = try RawTCPServer(
+            reply: interim + interim + Array("HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".utf8))
+        #expect(
+            await open.post(endpoint: "http://127.0.0.1:\(twoThenDone.port)/", body: [], headers: [], project: "p")
+                == .status(202))
+        let nineThenDone = try RawTCPServer(
+            reply: Array(repeating: interim, count: 9).flatMap { $0 }
+                + Array("HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".utf8))
+        #expect(
+            await open.post(endpoint: "http://127.0.0.1:\(nineThenDone.port)/", body: [], headers: [], project: "p")
+                == .failed("malformed response"))
+        for head in [interim, Array("HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n".utf8)] {
+            let endless = try RawTCPServer(reply: Array(repeating: head, count: 64).flatMap { $0 }, endless: true)
+            let began = ContinuousClock.now
+            #expect(
+                await open.post(endpoint: "http://127.0.0.1:\(endless.port)/", body: [], headers: [], project: "p")
+                    == .failed("malformed response"))
+            #expect(ContinuousClock.now - began < .seconds(4))
+        }
         // Nothing listening.
         let closedPort = ServiceProcess.freePort()
         #expect(
