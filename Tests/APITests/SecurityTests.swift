@@ -76,6 +76,15 @@ struct DatabaseErrorRedactionTests {
         #expect(answer.status == 503 && answer.headers.contains { $0.0 == "retry-after" })
     }
 
+    /// A write whose installation was deleted by a transaction that committed meanwhile (its foreign key refused) is
+    /// answered as the installation being gone: 404, never a 500.
+    @Test func aWriteRacingItsReferencesDeletionIsNotFound() {
+        let translated = Database.translate(
+            PostgresError(.server, sqlState: "23503", message: "ERROR:  insert or update violates foreign key"))
+        #expect(translated.kind == .notFound)
+        #expect(APIError.from(translated).status == 404)
+    }
+
     @Test func detailLinesNeverLeaveTheStore() {
         let error = PostgresError(
             .server, sqlState: "23505",

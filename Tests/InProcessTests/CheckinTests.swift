@@ -272,6 +272,9 @@ struct CheckinTests {
             let members = try await s.request(
                 "GET", "/v1/projects/\(s.project.id)/topics/news/registrations", headers: s.serverHeaders)
             #expect(!members.text.contains(old.fid))
+            // The old installation itself is not deleted (a check-in moves on an auth token alone: whoever held the
+            // old one's could otherwise delete it for good); it expires when idle.
+            #expect(try await s.app.installations.find(project: s.project, fid: old.fid) != nil)
             // The device then registers its new installation with the same check-in.
             let again = try await register(s, device, fresh)
             #expect(again.status == 200 && again.text.hasPrefix("token=\(fresh.fid):"), "\(again)")

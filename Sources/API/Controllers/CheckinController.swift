@@ -170,7 +170,7 @@ struct CheckinController: Sendable {
         let checkin = caller.checkin
         if let installation = caller.installation {
             return try await registerInstallation(
-                checkin: checkin, installation, form: form, trace: context.trace.header)
+                checkin: checkin, installation, form: form)
         }
         guard let app = form("app"), let subtype = form("subtype") ?? form("sender"), !app.isEmpty, !subtype.isEmpty
         else { throw RegistryError.invalid("app", "app and X-subtype (or sender) are required") }
@@ -182,7 +182,7 @@ struct CheckinController: Sendable {
     }
 
     private func registerInstallation(
-        checkin: StoredCheckin, _ caller: InstallationCaller, form: Form, trace: String
+        checkin: StoredCheckin, _ caller: InstallationCaller, form: Form
     ) async throws
         -> HTTPResponse
     {
@@ -206,11 +206,13 @@ struct CheckinController: Sendable {
         let movedFrom = try await checkins.bind(checkin, to: installation, previous: previous)
         if form.deletes, let old = movedFrom, sender == nil {
             // The SDK's fresh-install clean-up: the old check-in, the new installation's token, no sender at all
-            // (`deleteData`'s `sender=*` deletes this installation's tokens instead). What the old installation held
-            // (its tokens, its topics) goes with it: the device left it behind.
-            let oldToken = try await registrations.find(project: project, tokenOrFID: old)?.token
-            _ = try await installations.delete(projectID: project.id, fid: old, reason: .client, traceparent: trace)
-            return Self.text(200, "deleted=\(oldToken ?? old)")
+            // (`deleteData`'s `sender=*` deletes this installation's tokens instead). The old installation's tokens
+            // go (the device left them behind), as its own auth token could delete them; the installation itself
+            // stays until its inactivity expiry. A check-in moves on an auth token alone (one a backend was shown
+            // is enough), so deleting the installation here let whoever held its auth token delete it for good.
+            guard let previous else { return Self.text(200, "deleted=\(old)") }
+            let deleted = try await registrations.delete(installation: previous, .everything)
+            return Self.text(200, "deleted=\(deleted.first ?? old)")
         }
         if form.deletes {
             // Exactly what it names: the installation's own registration, one sender's token, or (`sender=*`, or no
