@@ -51,6 +51,8 @@ struct PostgresDeletionStore: DeletionStore {
             let removed = try await c.query(
                 "DELETE FROM linked_services WHERE project_id = \(projectID) AND name = \(name)")
             guard removed.affectedRows == 1 else { return false }
+            // Its counters (two /metrics series) go with it: names a project adds and removes never pile up.
+            try await c.query("DELETE FROM delivery_counters WHERE project_id = \(projectID) AND service = \(name)")
             let affected = try await c.query(
                 """
                 UPDATE deletion_deliveries d SET state = \(DeliveryState.abandoned.rawValue)

@@ -112,7 +112,8 @@ struct PostgresDeliveryStore: DeliveryStore {
             try await c.query(
                 """
                 INSERT INTO delivery_counters (project_id, service, attempts, failures)
-                VALUES (\(item.projectID), \(item.service), 1, \(failed ? 1 : 0))
+                SELECT project_id, name, 1, \(failed ? 1 : 0) FROM linked_services
+                WHERE project_id = \(item.projectID) AND name = \(item.service)
                 ON CONFLICT (project_id, service) DO UPDATE SET attempts = delivery_counters.attempts + 1,
                     failures = delivery_counters.failures + excluded.failures
                 """)

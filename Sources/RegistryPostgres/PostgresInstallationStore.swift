@@ -98,6 +98,12 @@ struct PostgresInstallationStore: InstallationStore {
             INSERT INTO retired_fids (project_id, fid_hmac, retired_at) VALUES (\(d.projectID), \(ByteA(d.fidHash)), \(d.requestedAt))
             ON CONFLICT DO NOTHING
             """)
+        // The project's linked services are held (a key-share lock) until the deletion commits: a removal of one
+        // waits for it, and then abandons the delivery made here; a removal already under way is waited for, and its
+        // service then gets none. Without it a removal that committed between this statement's read and the commit
+        // could not see the delivery, which stayed pending for a service that no longer existed, for ever.
+        try await c.query(
+            "SELECT count(*) AS n FROM (SELECT 1 FROM linked_services WHERE project_id = \(d.projectID) FOR KEY SHARE) held")
         // The completion is decided in the insert itself: a later statement of the same CTE could not see
         // the row the insert made.
         let record = try await c.query(

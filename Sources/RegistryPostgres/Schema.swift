@@ -35,6 +35,8 @@ public enum Schema {
         migration(30, "events_by_installation_in_order", PackageResources.m030_events_by_installation_in_order_sql),
         migration(31, "deletion_receipts_by_project", PackageResources.m031_deletion_receipts_by_project_sql),
         migration(32, "shared_api_keys", PackageResources.m032_shared_api_keys_sql),
+        migration(
+            33, "delivery_counters_of_live_services", PackageResources.m033_delivery_counters_of_live_services_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

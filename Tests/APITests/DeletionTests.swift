@@ -98,6 +98,39 @@ struct DeletionTests {
         await receiver.server.shutdown(drainTimeout: 1)
     }
 
+    /// A linked service removed while an installation's deletion is being written: the removal is under way (another
+    /// session has deleted the service's row and not committed), so the deletion waits for it, and then owes the
+    /// gone service nothing: its receipt is done at once, with no delivery left pending for ever. (Without the
+    /// deletion's key-share lock, it does not wait, writes a delivery to the service the removal is taking away, and the
+    /// removal's abandon, which cannot see it, leaves it pending.)
+    @Test func aServiceRemovedWhileADeletionIsWrittenIsOwedNothing() async throws {
+        let receiver = try Receiver(statuses: [])
+        try await TestService.with { s in
+            try await link(s, receiver)
+            let i = try await s.createInstallation()
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query(
+                "DELETE FROM linked_services WHERE project_id = \(s.project.id) AND name = 'crm' RETURNING name")
+            let deletion = Task {
+                try await s.request(
+                    "DELETE", "/v1/projects/\(s.project.id)/installations/\(i.fid)",
+                    headers: ["Authorization": "FIS_v2 \(i.refreshToken)"]
+                ).status
+            }
+            try await session.waitUntilBlocked(1)
+            try await session.execute("COMMIT")
+            #expect(try await deletion.value == 200)
+            let receipt = try #require(
+                try await s.request(
+                    "GET", "/v1/projects/\(s.project.id)/deletions/\(i.fid)", headers: s.serverHeaders
+                ).json)
+            #expect(receipt["state"]?.stringValue == "done", "\(receipt.text)")
+            #expect(receipt["services"]?.arrayValue?.isEmpty ?? true, "\(receipt.text)")
+        }
+        await receiver.server.shutdown(drainTimeout: 1)
+    }
+
     @Test func acceptedNoticesWaitForTheAsynchronousAck() async throws {
         let receiver = try Receiver(statuses: [202])
         try await TestService.with { s in

@@ -285,6 +285,24 @@ struct HardeningTests {
         }
     }
 
+    /// A linked service's delivery counters (its /metrics series) leave with it: a project that adds, uses and removes
+    /// services under new names leaves no series behind, and a delivery recorded after its service was removed adds
+    /// none.
+    @Test(arguments: StoreKind.available)
+    func aRemovedServicesCountersLeaveWithIt(_ kind: StoreKind) async throws {
+        try await DomainFixture.with(kind) { f in
+            for round in 0..<4 {
+                _ = try await f.link("m\(round)")
+                #expect(try await f.delete(try await f.installation(), reason: .client))
+                _ = try await f.services.jobs.deliverDue()
+                let counted = try await f.services.jobs.gauges().services.filter { $0.projectID == f.project.id }
+                #expect(counted.map(\.service) == ["m\(round)"], "\(counted)")
+                #expect(try await f.services.deletions.removeLinkedService(projectID: f.project.id, name: "m\(round)"))
+                #expect(try await f.services.jobs.gauges().services.filter { $0.projectID == f.project.id }.isEmpty)
+            }
+        }
+    }
+
     // MARK: - Class 6: unauthenticated writes are bounded
 
     @Test(arguments: StoreKind.available)

@@ -23,6 +23,7 @@ extension InMemoryStores: DeletionStore {
 
     public func removeLinkedService(projectID: String, name: String, at: Date) async throws -> Bool {
         guard services[projectID]?.removeValue(forKey: name) != nil else { return false }
+        counters[projectID + "\u{0}" + name] = nil
         for (id, deletion) in deletions where deletion.projectID == projectID {
             if let delivery = deletion.deliveries[name], !delivery.state.isFinal {
                 deletions[id]?.deliveries[name]?.state = .abandoned
@@ -167,6 +168,7 @@ extension InMemoryStores: DeliveryStore, MaintenanceStore, ChangeFeedStore {
                 deletions[item.deletionID]?.deliveries[item.service]?.nextAttemptAt = retryAt
             }
         }
+        guard services[item.projectID]?[item.service] != nil else { return }  // removed meanwhile: no counters
         counters[key] = RegistryGauges.ServiceCounters(
             projectID: item.projectID, service: item.service, attempts: (old?.attempts ?? 0) + 1,
             failures: (old?.failures ?? 0) + failed)
