@@ -51,4 +51,37 @@ struct TargetsBodyTests {
         #expect(written == Self.generic(page, size: size))
         _ = try JSONParser.parse(written)
     }
+
+    /// A page ends at its byte bound with the token of its last target, whatever the tokens' sizes: generated pages of
+    /// random token lengths against a small bound are each the generic encoder's page of the targets that fit, and
+    /// following their tokens yields every target once, in order.
+    @Test(arguments: 0..<20)
+    func aPageEndsAtItsByteBoundAndGoesOnFromThere(_ seed: Int) throws {
+        var generator = SplitMix(seed: UInt64(seed))
+        let all = (0..<Int.random(in: 1...60, using: &generator)).map { n in
+            Target(
+                fid: String(format: "f%04d", n),
+                token: String(repeating: "t", count: Int.random(in: 1...2048, using: &generator)), platform: .android,
+                refreshedAt: Date(timeIntervalSince1970: 1e9), stale: false, quarantined: false)
+        }
+        let bound = Int.random(in: 1...20_000, using: &generator)
+        let size = Int.random(in: 1...70, using: &generator)
+        var seen: [String] = []
+        var rest = all[...]
+        while true {
+            let page = Array(rest.prefix(size + 1))
+            let body = try JSONParser.parse(TopicsController.targetsBody(page, size: size, maxBytes: bound))
+            let fids = body["registrations"]?.arrayValue?.compactMap { $0["fid"]?.stringValue } ?? []
+            #expect(!fids.isEmpty || page.isEmpty)
+            // Within the bound but for the last target written.
+            let written = TopicsController.targetsBody(Array(page.prefix(fids.count)), size: fids.count, maxBytes: .max)
+            let lastSize = 2048 + 200
+            #expect(written.count <= bound + lastSize)
+            seen += fids
+            guard let token = body["nextPageToken"]?.stringValue else { break }
+            #expect(try Paging.decode(token) == fids.last)
+            rest = rest.drop { $0.fid <= fids.last! }
+        }
+        #expect(seen == all.map(\.fid))
+    }
 }

@@ -157,18 +157,31 @@ struct TopicsController: Sendable {
 
     // MARK: - Targeting
 
+    /// The most a page of targets writes before it ends early with a token for the rest: 2 MiB, above 10,000
+    /// targets of FCM-sized tokens (about 250 bytes each). Tokens are what a tenant stores (up to 2,048 bytes), and a
+    /// page of 10,000 of the longest was 21 MB held for as long as a slow reader kept its connection (an attacker's
+    /// review): now any page is at most this and one target.
+    static let maxPageBytes = 2 << 20
+
     /// A page of targets as JSON text, written straight into the response's bytes (a page holds up to 10,000 rows;
     /// building a `JSONValue` tree for it first cost a third of the page's time):
-    /// `{"registrations":[{"token","fid","platform","stale","refreshTime"}…],"nextPageToken"?}`.
-    static func targetsBody(_ page: [Target], size: Int) -> [UInt8] {
+    /// `{"registrations":[{"token","fid","platform","stale","refreshTime"}…],"nextPageToken"?}`. It ends at
+    /// ``maxPageBytes``, with the token of its last target, when more remain.
+    static func targetsBody(_ page: [Target], size: Int, maxBytes: Int = maxPageBytes) -> [UInt8] {
         // Sized once: growing a megabyte-sized buffer page by page cost copies and page faults.
         var capacity = 128
-        for t in page.prefix(size) { capacity += 120 + t.token.utf8.count + t.fid.utf8.count }
+        for t in page.prefix(size) {
+            capacity += 120 + t.token.utf8.count + t.fid.utf8.count
+            if capacity > maxBytes { break }
+        }
         var out = [UInt8]()
-        out.reserveCapacity(capacity)
+        out.reserveCapacity(capacity + 4096)
         out.append(contentsOf: #"{"registrations":["#.utf8)
-        for (n, t) in page.prefix(size).enumerated() {
-            if n > 0 { out.append(UInt8(ascii: ",")) }
+        var included = 0
+        for t in page.prefix(size) {
+            if included > 0 && out.count >= maxBytes { break }
+            if included > 0 { out.append(UInt8(ascii: ",")) }
+            included += 1
             out.append(contentsOf: #"{"token":"#.utf8)
             JSONValue.appendString(t.token, to: &out)
             out.append(contentsOf: #","fid":"#.utf8)
@@ -181,9 +194,9 @@ struct TopicsController: Sendable {
             out.append(contentsOf: (t.quarantined ? #"","quarantined":true}"# : #""}"#).utf8)
         }
         out.append(UInt8(ascii: "]"))
-        if page.count > size, let last = page.prefix(size).last {
+        if page.count > included, included > 0 {
             out.append(contentsOf: #","nextPageToken":"#.utf8)
-            JSONValue.appendString(Paging.encode(last.fid), to: &out)
+            JSONValue.appendString(Paging.encode(page[included - 1].fid), to: &out)
         }
         out.append(UInt8(ascii: "}"))
         return out
