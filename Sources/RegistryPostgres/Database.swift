@@ -90,10 +90,10 @@ struct Database: Sendable {
         switch error.sqlState {
         case PostgresError.uniqueViolation?:
             return RegistryError(.alreadyExists, "the resource already exists")
-        case "23503"?:
-            // foreign_key_violation: what the write refers to (an installation, a check-in's) was deleted by a
-            // transaction that committed while this one ran (a /register racing its installation's delete): gone, as
-            // a read after the delete would find it, never a fault.
+        case PostgresError.foreignKeyViolation? where summary.contains("insert or update on table"):
+            // What the write refers to (an installation, a check-in's) was deleted by a transaction that committed
+            // while this one ran (a /register racing its installation's delete): gone, as a read after the delete
+            // would find it, never a fault. (A delete refused for rows still referring to it is a fault: below.)
             return RegistryError(.notFound, "what this refers to no longer exists")
         case "RG001"?:  // registry_assert_fid_live: the FID was retired while the create waited
             return RegistryError(.alreadyExists, "the installation ID was deleted")

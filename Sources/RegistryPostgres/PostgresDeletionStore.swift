@@ -53,17 +53,23 @@ struct PostgresDeletionStore: DeletionStore {
             guard removed.affectedRows == 1 else { return false }
             // Its counters (two /metrics series) go with it: names a project adds and removes never pile up.
             try await c.query("DELETE FROM delivery_counters WHERE project_id = \(projectID) AND service = \(name)")
-            let affected = try await c.query(
+            // Its open deliveries are abandoned and the deletions left with none open complete, in one statement
+            // each (the service's row is held until this commits, and the project's deletions wait for it).
+            try await c.query(
                 """
-                UPDATE deletion_deliveries d SET state = \(DeliveryState.abandoned.rawValue)
-                FROM deletions del
-                WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND d.service = \(name)
-                  AND d.state IN (\(DeliveryState.pending.rawValue), \(DeliveryState.accepted.rawValue))
-                RETURNING d.deletion_id
+                WITH abandoned AS (
+                    UPDATE deletion_deliveries d SET state = \(DeliveryState.abandoned.rawValue)
+                    FROM deletions del
+                    WHERE d.deletion_id = del.id AND del.project_id = \(projectID) AND d.service = \(name)
+                      AND d.state IN (\(DeliveryState.pending.rawValue), \(DeliveryState.accepted.rawValue))
+                    RETURNING d.deletion_id
+                )
+                UPDATE deletions SET completed_at = \(at)
+                WHERE id IN (SELECT deletion_id FROM abandoned) AND completed_at IS NULL
+                  AND NOT EXISTS (SELECT 1 FROM deletion_deliveries o WHERE o.deletion_id = deletions.id
+                      AND o.service <> \(name)
+                      AND o.state IN (\(DeliveryState.pending.rawValue), \(DeliveryState.accepted.rawValue)))
                 """)
-            for row in affected {
-                try await Self.completeIfDone(try row.require("deletion_id"), at: at, on: c)
-            }
             return true
         }
     }

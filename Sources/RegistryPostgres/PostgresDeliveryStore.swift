@@ -80,6 +80,14 @@ struct PostgresDeliveryStore: DeliveryStore {
 
     func record(_ item: ClaimedDelivery, outcome: DeliveryOutcome, at now: Date) async throws {
         try await db.transaction { c in
+            // The service's row first, as a deletion and a removal take it first: a removal under way is waited
+            // for (then its delivery is abandoned and nothing is counted), and one that follows waits for this.
+            let live = try await c.query(
+                """
+                SELECT 1 AS live FROM linked_services WHERE project_id = \(item.projectID) AND name = \(item.service)
+                FOR KEY SHARE
+                """
+            ).first != nil
             var failed = false
             switch outcome {
             case .accepted:
@@ -109,11 +117,11 @@ struct PostgresDeliveryStore: DeliveryStore {
                       AND state = \(DeliveryState.pending.rawValue)
                     """)
             }
+            guard live else { return }
             try await c.query(
                 """
                 INSERT INTO delivery_counters (project_id, service, attempts, failures)
-                SELECT project_id, name, 1, \(failed ? 1 : 0) FROM linked_services
-                WHERE project_id = \(item.projectID) AND name = \(item.service)
+                VALUES (\(item.projectID), \(item.service), 1, \(failed ? 1 : 0))
                 ON CONFLICT (project_id, service) DO UPDATE SET attempts = delivery_counters.attempts + 1,
                     failures = delivery_counters.failures + excluded.failures
                 """)

@@ -98,29 +98,27 @@ struct PostgresInstallationStore: InstallationStore {
             INSERT INTO retired_fids (project_id, fid_hmac, retired_at) VALUES (\(d.projectID), \(ByteA(d.fidHash)), \(d.requestedAt))
             ON CONFLICT DO NOTHING
             """)
-        // The project's linked services are held (a key-share lock) until the deletion commits: a removal of one
-        // waits for it, and then abandons the delivery made here; a removal already under way is waited for, and its
-        // service then gets none. Without it a removal that committed between this statement's read and the commit
-        // could not see the delivery, which stayed pending for a service that no longer existed, for ever.
-        try await c.query(
-            "SELECT count(*) AS n FROM (SELECT 1 FROM linked_services WHERE project_id = \(d.projectID) FOR KEY SHARE) held")
-        // The completion is decided in the insert itself: a later statement of the same CTE could not see
-        // the row the insert made.
+        // The project's linked services are held (`held`: a key-share lock) until the deletion commits, and the
+        // deliveries are made for exactly the services held: a removal of one waits for the deletion, then abandons
+        // the delivery made here; a removal already under way is waited for, and its service gets none. Without the
+        // lock a removal that committed between the read and the commit could not see the delivery, which stayed
+        // pending for a service that no longer existed, for ever. The completion is decided in the insert itself: a
+        // later statement of the same CTE could not see the row the insert made.
         let record = try await c.query(
             """
-            WITH deletion AS (
+            WITH held AS (
+                SELECT project_id, name FROM linked_services WHERE project_id = \(d.projectID) FOR KEY SHARE
+            ), deletion AS (
                 INSERT INTO deletions (project_id, fid, fid_hmac, reason, requested_at, deadline, traceparent, completed_at)
                 VALUES (\(d.projectID), \(d.fid), \(ByteA(d.fidHash)), \(d.reason.rawValue), \(d.requestedAt), \(d.deadline),
                     \(d.traceparent),
-                    CASE WHEN EXISTS (SELECT 1 FROM linked_services WHERE project_id = \(d.projectID))
-                         THEN NULL ELSE \(d.requestedAt)::timestamptz END)
+                    CASE WHEN EXISTS (SELECT 1 FROM held) THEN NULL ELSE \(d.requestedAt)::timestamptz END)
                 ON CONFLICT (project_id, fid) DO UPDATE SET requested_at = deletions.requested_at
                 RETURNING id
             ), deliveries AS (
                 INSERT INTO deletion_deliveries (deletion_id, project_id, service, delivery_id, next_attempt_at)
-                SELECT deletion.id, ls.project_id, ls.name, gen_random_uuid()::text,
-                    \(d.requestedAt)
-                FROM deletion, linked_services ls WHERE ls.project_id = \(d.projectID)
+                SELECT deletion.id, held.project_id, held.name, gen_random_uuid()::text, \(d.requestedAt)
+                FROM deletion, held
                 ON CONFLICT DO NOTHING
             )
             SELECT id FROM deletion

@@ -120,7 +120,8 @@ struct EndpointSecurityTests {
         #expect(receiver.accepted == 1)
     }
 
-    @Test func redirectsOversizedAndSilentAnswersAreFailures() async throws {
+    @Test(.timeLimit(.minutes(1)))
+    func redirectsOversizedAndSilentAnswersAreFailures() async throws {
         let open = SocketDeliveryTransport(policy: EndpointPolicy(allowPrivate: true), timeout: .seconds(5))
         let impatient = SocketDeliveryTransport(policy: EndpointPolicy(allowPrivate: true), timeout: .seconds(1))
         let redirect = try RawTCPServer(
@@ -159,6 +160,14 @@ struct EndpointSecurityTests {
                 + Array("HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".utf8))
         #expect(
             await open.post(endpoint: "http://127.0.0.1:\(nineThenDone.port)/", body: [], headers: [], project: "p")
+                == .failed("malformed response"))
+        // Eight interim answers of 9 KiB each pass the answer's 64 KiB: every byte counts, skipped heads too.
+        let bulky = Array(("HTTP/1.1 103 Early Hints\r\nLink: <" + String(repeating: "a", count: 9 * 1024) + ">\r\n\r\n").utf8)
+        let eightBulky = try RawTCPServer(
+            reply: Array(repeating: bulky, count: 8).flatMap { $0 }
+                + Array("HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".utf8))
+        #expect(
+            await open.post(endpoint: "http://127.0.0.1:\(eightBulky.port)/", body: [], headers: [], project: "p")
                 == .failed("malformed response"))
         for head in [interim, Array("HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n".utf8)] {
             let endless = try RawTCPServer(reply: Array(repeating: head, count: 64).flatMap { $0 }, endless: true)

@@ -80,9 +80,17 @@ struct DatabaseErrorRedactionTests {
     /// answered as the installation being gone: 404, never a 500.
     @Test func aWriteRacingItsReferencesDeletionIsNotFound() {
         let translated = Database.translate(
-            PostgresError(.server, sqlState: "23503", message: "ERROR:  insert or update violates foreign key"))
+            PostgresError(
+                .server, sqlState: "23503",
+                message: #"ERROR:  insert or update on table "checkins" violates foreign key constraint "checkins_fk""#))
         #expect(translated.kind == .notFound)
         #expect(APIError.from(translated).status == 404)
+        // A delete refused because rows still refer to what it deletes is a fault of ours, not the caller's.
+        let refused = Database.translate(
+            PostgresError(
+                .server, sqlState: "23503",
+                message: #"ERROR:  update or delete on table "apps" violates foreign key constraint "x" on table "y""#))
+        #expect(refused.kind == .internal)
     }
 
     @Test func detailLinesNeverLeaveTheStore() {

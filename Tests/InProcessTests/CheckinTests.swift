@@ -253,7 +253,8 @@ struct CheckinTests {
     }
 
     /// The iOS SDK's fresh-install clean-up: the check-in the keychain kept, the new installation's auth token,
-    /// `delete=true`. It succeeds, and what the old installation held (its registration, its topics) is gone.
+    /// `delete=true`. It succeeds: the old installation's tokens are gone (so it is no topic's target any more), and the
+    /// installation itself waits for its inactivity expiry.
     @Test func theFreshInstallCleanUpRemovesWhatTheOldInstallationHeld() async throws {
         try await InProcessService.with { s in
             let device = try await checkIn(s)
