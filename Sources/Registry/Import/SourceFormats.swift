@@ -55,6 +55,20 @@ public enum SourceFormats {
 
     /// A push token's record: an FCM token (its FID, if it carries one), an APNs device token, or a web push
     /// subscription; a row that is none of them is rejected with `reason`.
+    /// A device of one of AWS's push channels (an SNS endpoint's platform, a Pinpoint endpoint's `ChannelType`): FCM
+    /// (`GCM`), APNs and its sandbox; nil for any other channel.
+    static func awsRecord(channel: String, line: Int, sourceKey: String, address: String) -> Result<
+        ImportRecord, ImportRejection
+    >? {
+        switch channel {
+        case "GCM": return record(line: line, sourceKey: sourceKey, platform: .android, fcmToken: address)
+        case "APNS": return record(line: line, sourceKey: sourceKey, platform: .ios, apnsToken: address)
+        case "APNS_SANDBOX":
+            return record(line: line, sourceKey: sourceKey, platform: .ios, apnsToken: address, sandbox: true)
+        default: return nil
+        }
+    }
+
     static func record(
         line: Int, sourceKey: String, platform: Platform, fcmToken: String? = nil, apnsToken: String? = nil,
         sandbox: Bool = false, environment known: Bool = true, web: WebPush? = nil
@@ -180,13 +194,7 @@ enum SNSRows {
             let token = attributes["Token"]?.stringValue
         else { return .rejected(ImportRejection(line: line, reason: "an endpoint needs EndpointArn and Attributes.Token")) }
         let kind = arn.split(separator: ":").last.map { String($0.split(separator: "/").dropFirst().first ?? "") } ?? ""
-        let made: Result<ImportRecord, ImportRejection>
-        switch kind {
-        case "GCM": made = SourceFormats.record(line: line, sourceKey: arn, platform: .android, fcmToken: token)
-        case "APNS": made = SourceFormats.record(line: line, sourceKey: arn, platform: .ios, apnsToken: token)
-        case "APNS_SANDBOX":
-            made = SourceFormats.record(line: line, sourceKey: arn, platform: .ios, apnsToken: token, sandbox: true)
-        default:
+        guard let made = SourceFormats.awsRecord(channel: kind, line: line, sourceKey: arn, address: token) else {
             return .rejected(ImportRejection(line: line, reason: "platform \(kind.prefix(32)) is not FCM or APNs"))
         }
         switch made {
@@ -208,13 +216,8 @@ enum PinpointRows {
             return .rejected(ImportRejection(line: line, reason: "an endpoint needs ChannelType and Address"))
         }
         let key = "pinpoint:" + (e["Id"]?.stringValue ?? address)
-        let made: Result<ImportRecord, ImportRejection>
-        switch channel {
-        case "GCM": made = SourceFormats.record(line: line, sourceKey: key, platform: .android, fcmToken: address)
-        case "APNS": made = SourceFormats.record(line: line, sourceKey: key, platform: .ios, apnsToken: address)
-        case "APNS_SANDBOX":
-            made = SourceFormats.record(line: line, sourceKey: key, platform: .ios, apnsToken: address, sandbox: true)
-        default: return .skipped  // email, SMS, voice, custom, Baidu, ADM: not a push token this registry holds
+        guard let made = SourceFormats.awsRecord(channel: channel, line: line, sourceKey: key, address: address) else {
+            return .skipped  // email, SMS, voice, custom, Baidu, ADM: not a push token this registry holds
         }
         switch made {
         case var .success(r):
