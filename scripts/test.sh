@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # podman's pods need an init binary (catatonit) and its CNI networks the dnsname plugin, so that compose services and
 # pods find each other by name: both are only recommended by podman, and install-deps.sh skips recommendations.
-scripts/install-deps.sh haproxy chromium openssl podman runc catatonit golang-github-containernetworking-plugin-dnsname \
+scripts/install-deps.sh curl python3-venv haproxy chromium openssl podman runc catatonit \
+  golang-github-containernetworking-plugin-dnsname \
   debootstrap docker-compose postgresql-15-auto-failover python3-yaml prometheus pgbouncer
 . scripts/swift-env.sh
 cluster_env=$(scripts/pg-test-cluster.sh start)   # fails the run if PostgreSQL does not start

@@ -96,15 +96,24 @@ enum PrometheusText {
             "# HELP registry_oldest_undelivered_deletion_seconds Age of the oldest deletion not yet acknowledged by every service.",
             "# TYPE registry_oldest_undelivered_deletion_seconds gauge",
             "registry_oldest_undelivered_deletion_seconds \(gauges.oldestUndeliveredSeconds)",
+        ]
+        // Each metric's samples as one group after its own HELP and TYPE, as the text format requires.
+        func serviceLabels(_ service: RegistryGauges.ServiceCounters) -> String {
+            "project=\"\(escape(service.projectID))\",service=\"\(escape(service.service))\""
+        }
+        lines += [
             "# HELP registry_delivery_attempts_total Deletion delivery attempts per linked service.",
             "# TYPE registry_delivery_attempts_total counter",
+        ]
+        for service in gauges.services {
+            lines.append("registry_delivery_attempts_total{\(serviceLabels(service))} \(service.attempts)")
+        }
+        lines += [
             "# HELP registry_delivery_failures_total Failed deletion delivery attempts per linked service.",
             "# TYPE registry_delivery_failures_total counter",
         ]
         for service in gauges.services {
-            let labels = "project=\"\(escape(service.projectID))\",service=\"\(escape(service.service))\""
-            lines.append("registry_delivery_attempts_total{\(labels)} \(service.attempts)")
-            lines.append("registry_delivery_failures_total{\(labels)} \(service.failures)")
+            lines.append("registry_delivery_failures_total{\(serviceLabels(service))} \(service.failures)")
         }
         lines += [
             "# HELP registry_event_outbox_rows Change-feed events the relay has not moved yet.",
@@ -130,14 +139,18 @@ enum PrometheusText {
         lines += [
             "# HELP registry_job_last_run_timestamp_seconds When each job last ran.",
             "# TYPE registry_job_last_run_timestamp_seconds gauge",
+        ]
+        for run in gauges.jobs {
+            lines.append(
+                "registry_job_last_run_timestamp_seconds{job=\"\(escape(run.job))\"} \(Int64(run.lastRun.timeIntervalSince1970))"
+            )
+        }
+        lines += [
             "# HELP registry_job_duration_seconds How long each job's last run took.",
             "# TYPE registry_job_duration_seconds gauge",
         ]
         for run in gauges.jobs {
-            let job = escape(run.job)
-            lines.append(
-                "registry_job_last_run_timestamp_seconds{job=\"\(job)\"} \(Int64(run.lastRun.timeIntervalSince1970))")
-            lines.append("registry_job_duration_seconds{job=\"\(job)\"} \(run.durationSeconds)")
+            lines.append("registry_job_duration_seconds{job=\"\(escape(run.job))\"} \(run.durationSeconds)")
         }
         return lines
     }

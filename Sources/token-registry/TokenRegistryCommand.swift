@@ -29,18 +29,21 @@ enum TokenRegistryCommand {
                                                write a service-account credential file (0600) for the admin SDKs
           token-registry serviceaccount list --project <id|number>
           token-registry serviceaccount revoke --key-id <private_key_id>
-          token-registry breaker status|clear --id <project> [--channel fcm|apns|webpush] [--confirm]
+          token-registry breaker status --id <project>
+          token-registry breaker clear --id <project> --channel fcm|apns|webpush [--confirm]
                                                send feedback's breaker: see it, clear it (docs/feedback.md)
           token-registry import --project <id|number> --format <format> <FILE|-> [--dry-run]
+                                [--rejected <file>]
                                                import another service's export (onesignal-csv, fcm-django,
                                                push-notifications, sns, pinpoint, registry)
           token-registry export --project <id|number>
                                                every installation of the project as JSON lines
-          token-registry audit list|verify [--id <project>]
+          token-registry audit list --id <project> [--after <seq>] [--limit <n>]
+          token-registry audit verify [--id <project>]
                                                the audit log: page it, check its hash chain
           token-registry jobs run [--now <RFC 3339 time>]
                                                run each background job once (deliver, purge, expire, relay)
-          token-registry probe [--path /healthz] [--port $PORT] [--timeout-ms 2000]
+          token-registry probe [--path /healthz] [--host <address>] [--port $PORT] [--timeout-ms 2000]
                                                exit 0 if the local service answers 200 (container health checks)
           token-registry version
           token-registry <command> --help

@@ -76,4 +76,45 @@ struct ObservabilityTests {
             }
         }
     }
+
+    /// The scrape is valid text format whatever the service holds: each metric's samples form one group right after
+    /// its own `# TYPE` (a histogram's `_bucket`, `_sum` and `_count` in its group), and no name has two groups. (The
+    /// delivery counters and the jobs' gauges were interleaved two by two, which strict parsers refuse.)
+    @Test func everyMetricsSamplesFormOneGroupAfterItsType() async throws {
+        try await InProcessService.with { s in
+            let base = "/v1/projects/\(s.project.id)"
+            for name in ["crm", "mail"] {
+                _ = try await s.request(
+                    "POST", "\(base)/linkedServices", headers: s.serverHeaders,
+                    json: ["name": .string(name), "endpoint": "https://crm.example/hook"])
+            }
+            let i = try await s.createInstallation()
+            _ = try await s.request("DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+            _ = try await s.app.jobs.runAll()
+            _ = try await s.request("GET", "/healthz")
+            let text = try await s.request("GET", "/metrics").text
+            var typed: [String: String] = [:]
+            var current: String?
+            var closed: Set<String> = []
+            for line in text.split(separator: "\n").map(String.init) where !line.isEmpty {
+                if line.hasPrefix("# TYPE ") {
+                    let parts = line.split(separator: " ")
+                    let name = String(parts[2])
+                    #expect(typed[name] == nil && !closed.contains(name), "\(name) has two groups")
+                    if let current { closed.insert(current) }
+                    typed[name] = String(parts[3])
+                    current = name
+                    continue
+                }
+                if line.hasPrefix("#") { continue }
+                let name = String(line.prefix { $0 != "{" && $0 != " " })
+                let family = typed[name] != nil ? name : ["_bucket", "_sum", "_count"].compactMap { suffix in
+                    name.hasSuffix(suffix) ? String(name.dropLast(suffix.count)) : nil
+                }.first { typed[$0] != nil } ?? name
+                #expect(family == current, "\(name) is outside its group (in \(current ?? "none"))")
+            }
+            #expect(typed["registry_delivery_attempts_total"] == "counter")
+            #expect(text.contains("registry_job_duration_seconds{"))
+        }
+    }
 }
