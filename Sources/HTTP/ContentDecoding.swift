@@ -21,9 +21,18 @@ enum ContentDecoding {
             headers.replaceOrAdd(name: "content-encoding", value: "identity")
             return body
         }
-        let inflated = try gunzip(body, limit: limit)
+        let inflated = try gunzip(body, limit: inflationLimit(compressed: body.count, limit: limit))
         headers.replaceOrAdd(name: "content-encoding", value: "identity")
         return inflated
+    }
+
+    /// How many times its compressed size a request body may inflate to (JSON compresses 3-10 times).
+    static let maxInflation = 64
+    /// What a request body of `compressed` bytes may inflate to: 64 times its size, at least 64 KiB, at most `limit`.
+    /// Inflating runs on the event loop before any route, principal or rate limit: a kilobyte of gzipped zeros was
+    /// a megabyte inflated and copied for a 404 (about 1,000 times what it cost the client, an attacker's review).
+    static func inflationLimit(compressed: Int, limit: Int) -> Int {
+        min(limit, max(64 * 1024, compressed.multipliedReportingOverflow(by: maxInflation).partialValue))
     }
 
     static func gunzip(_ input: [UInt8], limit: Int) throws(HTTPParseError) -> [UInt8] {
