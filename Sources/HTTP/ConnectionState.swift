@@ -48,6 +48,10 @@ struct ConnectionState {
     private(set) var writePeriodStart: UInt64?
     private(set) var writePeriodSent = 0
 
+    /// Whether any answer has been written whole: until then the connection has not been used, and waits no longer
+    /// than a request may take (a connection that never sends a byte held its slot for the idle timeout, 75 s).
+    private(set) var usedOnce = false
+
     init(now: UInt64) { lastActivity = now }
 
     var isHandling: Bool {
@@ -176,6 +180,7 @@ struct ConnectionState {
     mutating func drained(now: UInt64) {
         writePeriodStart = nil
         lastActivity = now
+        usedOnce = true
     }
 
     /// What an ending connection does once its last answer is written.
@@ -255,6 +260,7 @@ struct ConnectionState {
             return .requestTimeout
         }
         if midRequest { return .none }
-        return now - lastActivity > (draining ? 0 : timeouts.idleMillis) ? .close : .none
+        let idle = draining ? 0 : usedOnce ? timeouts.idleMillis : min(timeouts.idleMillis, timeouts.requestMillis)
+        return now - lastActivity > idle ? .close : .none
     }
 }

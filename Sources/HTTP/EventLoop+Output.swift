@@ -124,7 +124,9 @@ extension EventLoop {
         }
     }
 
-    func closeConnection(_ connection: HTTPConnection) {
+    /// Closes `connection`. While its handler (or its stream's producer) still runs, its place in the connection
+    /// counts is kept until that ends (``orphans``); `handlerFinished` says it has (a stream that failed).
+    func closeConnection(_ connection: HTTPConnection, handlerFinished: Bool = false) {
         assertOnLoop()
         guard connections.removeValue(forKey: connection.fd) != nil else { return }
         failStreamWriter(connection)
@@ -137,7 +139,20 @@ extension EventLoop {
         connection.outputOffset = 0
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, nil)
         close(connection.fd)
+        if !handlerFinished, connection.state.isHandling {
+            orphans[connection.id] = (connection.remote, untilEnd: connection.state.isStreaming)
+        } else {
+            core.openConnections.subtract(1, ordering: .relaxed)
+            core.release(connection.remote)
+        }
+    }
+
+    /// Gives back the counts of a connection closed while its handler ran, once the handler's answer (`atEnd`
+    /// false) or its stream's end (`atEnd` true) comes back; a connection closed mid-stream waits for the end.
+    func releaseOrphan(_ id: UInt64, atEnd: Bool) {
+        guard let orphan = orphans[id], atEnd || !orphan.untilEnd else { return }
+        orphans[id] = nil
         core.openConnections.subtract(1, ordering: .relaxed)
-        core.release(connection.remote)
+        core.release(orphan.remote)
     }
 }

@@ -70,10 +70,13 @@ extension EventLoop {
 
     func endStream(fd: Int32, id: UInt64, failed: Bool, now: UInt64) {
         assertOnLoop()
-        guard let connection = streaming(fd: fd, id: id), let request = connection.state.streamingRequest else { return }
+        guard let connection = streaming(fd: fd, id: id), let request = connection.state.streamingRequest else {
+            releaseOrphan(id, atEnd: true)
+            return
+        }
         if failed {
             // No last chunk: the client must not take a cut body for a whole one.
-            closeConnection(connection)
+            closeConnection(connection, handlerFinished: true)
             return
         }
         let keepAlive = connection.state.streamEnded() ?? false

@@ -37,6 +37,11 @@ public final class EventLoop: @unchecked Sendable {
     private let wakeHandle: Mutex<Int32>
     private var listenFD: Int32
     var connections: [Int32: HTTPConnection] = [:]
+    /// Connections closed while their handler still ran, by id: each keeps its place in ``HTTPServer/Core``'s
+    /// connection counts (the process's and its address's) until its handler's answer, or its stream's end
+    /// (`untilEnd`), comes back. A client that resets its connection mid-request would otherwise free its slot at
+    /// once and leave its handler running: any number of handlers from one address, past every connection limit.
+    var orphans: [UInt64: (remote: String, untilEnd: Bool)] = [:]
     let inbox = Mutex<[Completion]>([])
     /// Streamed bodies' writers waiting for their connection's unsent output to fall below its bound, by connection id.
     var streamWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
@@ -182,6 +187,7 @@ public final class EventLoop: @unchecked Sendable {
     private func stop() {
         assertOnLoop()
         for connection in Array(connections.values) { closeConnection(connection) }
+        for id in Array(orphans.keys) { releaseOrphan(id, atEnd: true) }
         releaseListener()
         close(epollFD)
         wakeHandle.withLock { fd in
@@ -364,7 +370,10 @@ public final class EventLoop: @unchecked Sendable {
             }
             core.inFlightRequests.subtract(1, ordering: .relaxed)
             // The connection may have closed and its descriptor been reused: match the id, not just the fd.
-            guard let connection = connections[completion.fd], connection.id == completion.id else { continue }
+            guard let connection = connections[completion.fd], connection.id == completion.id else {
+                releaseOrphan(completion.id, atEnd: false)
+                continue
+            }
             let closeRequested = response.headers["connection"]?.lowercased() == "close"
             if response.stream != nil, connection.state.streamingRequest == nil {
                 if startStream(response, on: connection, closeRequested: closeRequested, now: now) { continue }

@@ -63,6 +63,13 @@ public final class RawHTTPClient: @unchecked Sendable {
     /// Shuts down the write side (the server sees end of input).
     public func shutdownWrite() { shutdown(fd, Int32(SHUT_WR)) }
 
+    /// Makes the socket's close a reset (`SO_LINGER` 0): the server sees the connection fail at once, whatever it
+    /// was doing for it. Close it by dropping the client.
+    public func resetOnClose() {
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    }
+
     /// Reads one response; `nil` when the server closed the connection before sending one.
     public func readResponse(headRequest: Bool = false) async throws -> RawResponse? {
         try await offPool { try self.readResponseBlocking(headRequest: headRequest) }

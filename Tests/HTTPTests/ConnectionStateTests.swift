@@ -164,7 +164,16 @@ struct ConnectionStateTests {
     }
 
     @Test func idleConnectionsCloseAfterTheIdleTimeoutAndAtOnceWhileDraining() {
+        // A connection that never sent a byte waits no longer than a request may take.
+        var silent = State(now: 0)
+        do {
+            let held = silent.expired(now: Self.timeouts.requestMillis, timeouts: Self.timeouts, draining: false, pendingOutput: 0, midRequest: false) == .none
+            let closed = silent.expired(now: Self.timeouts.requestMillis + 1, timeouts: Self.timeouts, draining: false, pendingOutput: 0, midRequest: false) == .close
+            #expect(held && closed)
+        }
+        // Once an answer went out whole, the idle timeout applies.
         var s = State(now: 0)
+        s.drained(now: 0)
         do {
             let ok = s.expired(now: Self.timeouts.idleMillis, timeouts: Self.timeouts, draining: false, pendingOutput: 0, midRequest: false) == .none
             #expect(ok)

@@ -241,6 +241,28 @@ struct HTTPServerLiveTests {
         }
     }
 
+    /// A client that resets its connection while its handler runs keeps its place in the connection counts until the
+    /// handler answers: its address's one connection is still taken (a new one is refused), and given back after.
+    /// (The slot came back at the reset, and one address could start any number of handlers.)
+    @Test func aConnectionResetMidRequestHoldsItsSlotUntilItsHandlerEnds() async throws {
+        try await withServer({ $0.maxConnectionsPerAddress = 1 }) { server, port in
+            var client: RawHTTPClient? = try RawHTTPClient(port: port)
+            try await client?.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            try await Task.sleep(for: .milliseconds(200))
+            client?.resetOnClose()
+            client = nil
+            try await Task.sleep(for: .milliseconds(200))
+            let meanwhile = try await RawHTTPClient.exchange(port: port, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(meanwhile?.status == 503, "\(String(describing: meanwhile))")
+            var status: Int?
+            for _ in 0..<60 where status != 200 {
+                try await Task.sleep(for: .milliseconds(100))
+                status = try await RawHTTPClient.exchange(port: port, "GET /y HTTP/1.1\r\nHost: x\r\n\r\n")?.status
+            }
+            #expect(status == 200)
+        }
+    }
+
     @Test func idleKeepAliveConnectionIsClosed() async throws {
         try await withServer({ $0.idleTimeoutMillis = 300 }) { server, port in
             let client = try RawHTTPClient(port: port)
