@@ -49,7 +49,7 @@ extension EventLoop {
                 return
             }
         }
-        connection.output.removeAll(keepingCapacity: connection.output.capacity <= 64 * 1024)
+        connection.output.removeAll(keepingCapacity: connection.output.capacity <= HTTPParser.capacityKept)
         connection.outputOffset = 0
         connection.state.drained(now: now)
         releaseStreamWriter(connection)

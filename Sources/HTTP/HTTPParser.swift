@@ -118,9 +118,11 @@ public struct HTTPParser {
 
     /// Parsed bytes the buffer may hold before they are dropped (``append(_:)``).
     static let consumedBytesKept = 4 * 1024
-    /// Capacity an empty buffer keeps for the connection's next request; a larger one (a body of a megabyte) is
-    /// released, so an idle keep-alive connection does not hold the size of its largest request.
-    static let capacityKept = 64 * 1024
+    /// Capacity an empty buffer keeps for the connection's next request (requests are a few hundred bytes to a few
+    /// kilobytes); a larger one (a body of a megabyte) is released, so an idle keep-alive connection does not hold the
+    /// size of its largest request. 16 KiB: at 64 KiB, input and output together, ten thousand idle connections that
+    /// each once sent a 60 KB body held over a gigabyte (an attacker's review).
+    static let capacityKept = 16 * 1024
 
     private mutating func emptyBuffer() {
         buffer.removeAll(keepingCapacity: buffer.capacity <= HTTPParser.capacityKept)
