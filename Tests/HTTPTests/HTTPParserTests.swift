@@ -121,14 +121,20 @@ struct HTTPParserTests {
         }
     }
 
-    @Test func gzipBody() {
-        let json = Array("{\"fid\":\"x\"}".utf8)
-        let zipped = Gzip.compress(json)
+    /// A parser holding a POST of `zipped` as a gzip body.
+    static func gzipPost(_ zipped: [UInt8]) -> HTTPParser {
         var parser = HTTPParser()
         parser.append(
             Array(
                 "POST / HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8)
                 + zipped)
+        return parser
+    }
+
+    @Test func gzipBody() {
+        let json = Array("{\"fid\":\"x\"}".utf8)
+        let zipped = Gzip.compress(json)
+        var parser = Self.gzipPost(zipped)
         guard case let .request(r) = parser.next() else { Issue.record("no request"); return }
         #expect(r.body == json)
     }
@@ -152,11 +158,7 @@ struct HTTPParserTests {
 
     @Test func gzipBombIsRefused() {
         let zipped = Gzip.compress([UInt8](repeating: 0, count: 4 * 1024 * 1024))
-        var parser = HTTPParser()
-        parser.append(
-            Array(
-                "POST / HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8)
-                + zipped)
+        var parser = Self.gzipPost(zipped)
         guard case let .error(error) = parser.next() else { Issue.record("a bomb was inflated"); return }
         #expect(error.status == 413 && error.message.hasPrefix("decompressed body larger than"), "\(error)")
     }
@@ -175,11 +177,7 @@ struct HTTPParserTests {
             plain[Int.random(in: 0..<size, using: &random)] = UInt8.random(in: 0...255, using: &random)
         }
         let zipped = Gzip.compress(plain)
-        var parser = HTTPParser()
-        parser.append(
-            Array(
-                "POST / HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: \(zipped.count)\r\n\r\n".utf8)
-                + zipped)
+        var parser = Self.gzipPost(zipped)
         let bound = min(HTTPLimits().maxBodyBytes, max(64 * 1024, 64 * zipped.count))
         switch parser.next() {
         case let .request(r): #expect(plain.count <= bound && r.body == plain, "\(plain.count) of \(zipped.count)")
