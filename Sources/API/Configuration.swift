@@ -26,6 +26,9 @@ public struct Configuration: Sendable {
     /// At most this many concurrent single-statement writes (token refreshes, installation creates) committed in one
     /// transaction; 1 commits each alone.
     public var databaseGroupCommitMax = 64
+    /// How long a write in a group-committed batch waits for a lock before it leaves the batch and runs alone on a
+    /// connection of its own (0: as long as the statement time-out allows, holding the batch).
+    public var databaseBatchLockWaitMillis = 250
     /// At most this many concurrent point reads (an installation, registration, check-in or consent decision by its
     /// key) sent in one round trip; 1: each alone.
     public var databaseReadBatchMax = 64
@@ -132,6 +135,7 @@ public struct Configuration: Sendable {
         c.databaseAcquireTimeoutMillis = try reader.int("DB_ACQUIRE_TIMEOUT_MS", default: 5000, range: 10...600_000)
         c.databaseGroupCommitMax = try reader.int("DB_GROUP_COMMIT_MAX", default: 64, range: 1...1000)
         c.databaseReadBatchMax = try reader.int("DB_READ_BATCH_MAX", default: 64, range: 1...1000)
+        c.databaseBatchLockWaitMillis = try reader.int("DB_BATCH_LOCK_WAIT_MS", default: 250, range: 0...60_000)
         c.databaseStatementTimeoutMillis = try reader.int(
             "DB_STATEMENT_TIMEOUT_MS", default: 30_000, range: 0...86_400_000)
         switch env["DATABASE_POOLER"] ?? "none" {

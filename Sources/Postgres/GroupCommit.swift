@@ -17,6 +17,11 @@ import Synchronization
 /// fails the whole batch (whether it committed is unknown, as for a single statement); lost while they run again
 /// alone, it fails the one it was lost on and those after it, not those already answered.
 ///
+/// A statement of a batch waits at most ``lockWait`` for a row another transaction holds (`lock_timeout`, for the
+/// batch's transaction only). One that would wait longer leaves the batch and runs alone on a connection of its own,
+/// with the ordinary waits, once the lane has gone on: a lock that one tenant holds (a long erasure, a batch of a
+/// thousand installations' topics) holds that tenant's write, not the lane and every other tenant's writes in it.
+///
 /// A queued write waits at most ``queueTimeout`` (the pool's acquire time-out) for its batch to start; then it is
 /// taken out of the queue, never to run, and fails as an acquire does. A queued read waits at most its own
 /// ``queueTimeout`` (``PostgresPool/Configuration/readQueueLimit``), then runs alone (``Expiry``). One reaper task
@@ -62,12 +67,16 @@ final class GroupCommitter: Sendable {
     let batchesPerLane: Int
     /// How long a write may wait in the queue for its batch.
     let queueTimeout: Duration
+    /// How long a statement of a batch may wait for a lock before it leaves the batch to run alone (nil: unbounded).
+    let lockWait: Duration?
     private let state = Mutex(State())
     /// Transactions run, the writes they carried, and writes run again alone after their batch failed: for metrics
     /// (writes ÷ transactions is the mean batch).
     let transactions = Atomic<Int>(0)
     let statements = Atomic<Int>(0)
     let retriedAlone = Atomic<Int>(0)
+    /// Writes that left their batch after waiting ``lockWait`` for a lock, to run alone.
+    let lockWaitsAlone = Atomic<Int>(0)
 
     /// Statements waiting for a batch, in every lane.
     var queued: Int { state.withLock { $0.lanes.values.reduce(0) { $0 + $1.waiting.count } } }
@@ -80,9 +89,11 @@ final class GroupCommitter: Sendable {
     let ranAlone = Atomic<Int>(0)
 
     init(
-        maxBatch: Int, batchesPerLane: Int, queueTimeout: Duration, separately: Bool = false, expiry: Expiry = .fail
+        maxBatch: Int, batchesPerLane: Int, queueTimeout: Duration, separately: Bool = false, expiry: Expiry = .fail,
+        lockWait: Duration? = nil
     ) {
         self.separately = separately
+        self.lockWait = separately ? nil : lockWait
         self.expiry = expiry
         self.maxBatch = max(1, maxBatch)
         self.batchesPerLane = max(1, batchesPerLane)
@@ -115,6 +126,81 @@ final class GroupCommitter: Sendable {
         }
     }
 
+    /// How long a statement run again after its batch failed may wait for a lock (a tenth of ``lockWait``).
+    private var rerunLockWait: Duration? { lockWait.map { $0 / 10 } }
+
+    /// The statements in one pipeline (one transaction), after `lock_timeout` for that transaction when `lockWait`
+    /// is set; their answers.
+    private func pipeline(_ statements: [PostgresQuery], lockWait: Duration?, on connection: PostgresConnection)
+        async throws -> [Result<PostgresRows, PostgresError>]
+    {
+        guard let lockWait else { return try await connection.pipeline(statements) }
+        let (seconds, attoseconds) = lockWait.components
+        let millis = max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        let bound: PostgresQuery = "SELECT set_config('lock_timeout', \(String(millis) + "ms"), true)"
+        return Array(try await connection.pipeline([bound] + statements).dropFirst())
+    }
+
+    /// Runs `ordered` as one transaction; their answers in that order. When one fails, the transaction rolled back
+    /// every statement: a statement stopped waiting for a lock is answered as such (it runs alone later) and the rest
+    /// run again as a batch; any other failure has each run again alone, for its own answer. Runs after the first
+    /// wait at most ``rerunLockWait`` for a lock: a batch that holds many writes blocked on one tenant's lock costs
+    /// the lane one ``lockWait`` and a few milliseconds each, not a ``lockWait`` each.
+    private func runBatch(_ ordered: [PostgresQuery], on connection: PostgresConnection) async throws
+        -> [Result<PostgresRows, PostgresError>]
+    {
+        var outcomes = [Result<PostgresRows, PostgresError>?](repeating: nil, count: ordered.count)
+        var positions = Array(ordered.indices)
+        var wait = lockWait
+        var first = true
+        while !positions.isEmpty {
+            let results: [Result<PostgresRows, PostgresError>]
+            do {
+                results = try await pipeline(positions.map { ordered[$0] }, lockWait: wait, on: connection)
+            } catch where !first {
+                // Lost while running again: those already answered keep their answers (none of them committed).
+                let failure = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+                for position in positions { outcomes[position] = .failure(failure) }
+                break
+            }
+            transactions.add(1, ordering: .relaxed)
+            if first { statements.add(ordered.count, ordering: .relaxed) }
+            first = false
+            wait = rerunLockWait
+            guard positions.count > 1, let failed = results.firstIndex(where: { if case .failure = $0 { true } else { false } })
+            else {
+                for (position, result) in zip(positions, results) { outcomes[position] = result }
+                break
+            }
+            if Self.waitedOnALock(results[failed]) {
+                outcomes[positions[failed]] = results[failed]
+                positions.remove(at: failed)
+                continue
+            }
+            // Each runs again alone, its answer kept as it comes: a connection lost on a later one fails that one
+            // and those after it, never one that already committed alone.
+            retriedAlone.add(positions.count, ordering: .relaxed)
+            transactions.add(positions.count, ordering: .relaxed)
+            for (n, position) in positions.enumerated() {
+                do {
+                    outcomes[position] = try await pipeline([ordered[position]], lockWait: wait, on: connection)[0]
+                } catch {
+                    let failure = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+                    for later in positions[n...] { outcomes[later] = .failure(failure) }
+                    break
+                }
+            }
+            break
+        }
+        return outcomes.map { $0 ?? .failure(PostgresError(.connectionFailed, message: "not run")) }
+    }
+
+    /// A statement that waited ``lockWait`` for a lock and was stopped (`lock_not_available`).
+    static func waitedOnALock(_ outcome: Result<PostgresRows, PostgresError>) -> Bool {
+        if case let .failure(error) = outcome, error.sqlState == "55P03" { return true }
+        return false
+    }
+
     /// Takes one of the lane's batch slots when one is free.
     private func claimSlot(_ s: inout State, _ lane: ObjectIdentifier?) -> Bool {
         guard s.lanes[lane, default: Lane()].batchesRunning < batchesPerLane else { return false }
@@ -142,26 +228,7 @@ final class GroupCommitter: Sendable {
                     statements.add(ordered.count, ordering: .relaxed)
                     return results
                 }
-                var results = try await connection.pipeline(ordered)
-                transactions.add(1, ordering: .relaxed)
-                statements.add(ordered.count, ordering: .relaxed)
-                if results.count > 1, results.contains(where: { if case .failure = $0 { true } else { false } }) {
-                    // The transaction rolled back every statement: each runs again alone, for its own answer.
-                    retriedAlone.add(ordered.count, ordering: .relaxed)
-                    transactions.add(ordered.count, ordering: .relaxed)
-                    // Each answer is kept as it comes: a connection lost on a later one fails that one and those
-                    // after it, never one that already committed alone.
-                    results = []
-                    for statement in ordered {
-                        do {
-                            results.append(try await connection.pipeline([statement])[0])
-                        } catch {
-                            let failure = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
-                            results += Array(repeating: .failure(failure), count: ordered.count - results.count)
-                            break
-                        }
-                    }
-                }
+                let results = try await runBatch(ordered, on: connection)
                 var byArrival = results
                 for (position, index) in order.enumerated() { byArrival[index] = results[position] }
                 return byArrival
@@ -171,7 +238,12 @@ final class GroupCommitter: Sendable {
             outcomes = Array(repeating: .failure(failure), count: queries.count)
         }
         for (waiting, outcome) in zip(others, outcomes.dropFirst()) {
-            waiting.continuation.resume(returning: .done(outcome))
+            if Self.waitedOnALock(outcome) {
+                lockWaitsAlone.add(1, ordering: .relaxed)
+                waiting.continuation.resume(returning: .alone)
+            } else {
+                waiting.continuation.resume(returning: .done(outcome))
+            }
         }
         let next = state.withLock { s -> [Waiting] in
             guard var state = s.lanes[lane] else { return [] }
@@ -185,7 +257,13 @@ final class GroupCommitter: Sendable {
             return taken
         }
         if let first = next.first { first.continuation.resume(returning: .lead(Array(next.dropFirst()))) }
-        return outcomes[0]
+        guard Self.waitedOnALock(outcomes[0]) else { return outcomes[0] }
+        lockWaitsAlone.add(1, ordering: .relaxed)
+        do {
+            return .success(try await pool.query(query))
+        } catch {
+            return .failure(error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)"))
+        }
     }
 
     static var timeoutError: PostgresError {

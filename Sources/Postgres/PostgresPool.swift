@@ -31,6 +31,9 @@ public final class PostgresPool: Sendable {
         /// How long a read waits for a batch before it runs alone: batches that a lock holds up (a migration's, say)
         /// hold up the reads queued behind them no longer than this. A batch's round trip takes a millisecond or two.
         public var readQueueLimit: Duration = .milliseconds(50)
+        /// How long a statement of a group-committed batch waits for a lock before it leaves the batch and runs alone
+        /// (``GroupCommitter/lockWait``); nil: as long as the statement time-out allows, holding the batch.
+        public var groupCommitLockWait: Duration? = .milliseconds(250)
         /// True when `conninfo` names a pooler in transaction mode
         /// (``PostgresConnection/SessionSettings/transactionPooled``).
         public var transactionPooled: Bool
@@ -73,6 +76,8 @@ public final class PostgresPool: Sendable {
         public var groupCommits = 0
         public var groupCommittedWrites = 0
         public var writesRetriedAlone = 0
+        /// Writes that left their batch after waiting 250 ms for a lock (a batch's `lock_timeout`), and ran alone.
+        public var writesLockWaitedAlone = 0
         /// Point reads queued for a batch now; since the pool opened, round trips of batched reads and the reads
         /// they carried (``PostgresPool/batchedRead(_:)``).
         public var queuedReads = 0
@@ -128,7 +133,7 @@ public final class PostgresPool: Sendable {
         self.configuration = configuration
         committer = GroupCommitter(
             maxBatch: configuration.groupCommitBatch, batchesPerLane: configuration.groupCommitsPerLoop,
-            queueTimeout: configuration.acquireTimeout)
+            queueTimeout: configuration.acquireTimeout, lockWait: configuration.groupCommitLockWait)
         reads = GroupCommitter(
             maxBatch: configuration.readBatch, batchesPerLane: configuration.groupCommitsPerLoop,
             queueTimeout: configuration.readQueueLimit, separately: true, expiry: .runAlone)
@@ -145,6 +150,7 @@ public final class PostgresPool: Sendable {
         statistics.groupCommits = committer.transactions.load(ordering: .relaxed)
         statistics.groupCommittedWrites = committer.statements.load(ordering: .relaxed)
         statistics.writesRetriedAlone = committer.retriedAlone.load(ordering: .relaxed)
+        statistics.writesLockWaitedAlone = committer.lockWaitsAlone.load(ordering: .relaxed)
         statistics.queuedReads = reads.queued
         statistics.readBatches = reads.transactions.load(ordering: .relaxed)
         statistics.batchedReads = reads.statements.load(ordering: .relaxed)

@@ -68,6 +68,8 @@ public struct StoreStatistics: Sendable, Equatable {
     public var groupCommits = 0
     public var groupCommittedWrites = 0
     public var writesRetriedAlone = 0
+    /// Writes that waited for a lock longer than a batch may, left their batch and ran alone.
+    public var writesLockWaitedAlone = 0
     /// Point reads queued for a batch now; since start, the round trips of batched reads and the reads they carried.
     public var queuedReads = 0
     public var readBatches = 0

@@ -53,6 +53,15 @@ struct PostgresDeletionStore: DeletionStore {
             guard removed.affectedRows == 1 else { return false }
             // Its counters (two /metrics series) go with it: names a project adds and removes never pile up.
             try await c.query("DELETE FROM delivery_counters WHERE project_id = \(projectID) AND service = \(name)")
+            // The deletions it still owes, locked in id order before their deliveries change (``lockDeletion``):
+            // an acknowledgement by another service of one of them is waited for, and seen by the statement below.
+            try await c.query(
+                """
+                SELECT 1 FROM deletions WHERE id IN (
+                    SELECT deletion_id FROM deletion_deliveries WHERE project_id = \(projectID) AND service = \(name)
+                      AND state IN (\(DeliveryState.pending.rawValue), \(DeliveryState.accepted.rawValue)))
+                ORDER BY id FOR NO KEY UPDATE
+                """)
             // Its open deliveries are abandoned and the deletions left with none open complete, in one statement
             // each (the service's row is held until this commits, and the project's deletions wait for it).
             try await c.query(
@@ -74,7 +83,17 @@ struct PostgresDeletionStore: DeletionStore {
         }
     }
 
-    /// Completes a deletion once no delivery of it is open (each acknowledged or abandoned).
+    /// Takes the row lock on deletion `id` that every writer of its deliveries' outcomes takes first, in a statement
+    /// of its own: two services' acknowledgements of one deletion, or an acknowledgement and a removal, then run one
+    /// after the other, and the later one's ``completeIfDone`` sees the earlier one's outcome. Without it each checked
+    /// "no delivery left open" in a snapshot where the other's was still open, neither completed the deletion, and
+    /// nothing ever did (write skew under READ COMMITTED).
+    static func lockDeletion(_ id: Int64, on c: PostgresConnection) async throws {
+        try await c.query("SELECT 1 FROM deletions WHERE id = \(id) FOR NO KEY UPDATE")
+    }
+
+    /// Completes a deletion once no delivery of it is open (each acknowledged or abandoned). The caller holds the
+    /// deletion's lock (``lockDeletion(_:on:)``) since before it changed a delivery's state.
     static func completeIfDone(_ id: Int64, at: Date, on c: PostgresConnection) async throws {
         try await c.query(
             """
@@ -216,17 +235,19 @@ struct PostgresDeletionStore: DeletionStore {
         -> AcknowledgeOutcome
     {
         try await db.transaction { c in
+            // The deletion's lock first (``lockDeletion``), then its delivery, in statements of their own.
             guard
+                let id = try await c.query(
+                    "SELECT id FROM deletions WHERE project_id = \(projectID) AND fid = \(fid) FOR NO KEY UPDATE"
+                ).first?.require("id", as: Int64.self),
                 let row = try await c.query(
                     """
-                    SELECT d.deletion_id, d.state FROM deletion_deliveries d JOIN deletions del ON del.id = d.deletion_id
-                    WHERE del.project_id = \(projectID) AND del.fid = \(fid) AND d.service = \(service)
-                      AND d.delivery_id = \(deliveryID)
-                    FOR UPDATE OF d
+                    SELECT state FROM deletion_deliveries
+                    WHERE deletion_id = \(id) AND service = \(service) AND delivery_id = \(deliveryID)
+                    FOR UPDATE
                     """
                 ).first
             else { return .notFound }
-            let id: Int64 = try row.require("deletion_id")
             switch try row.require("state", as: DeliveryState.self) {
             case .pending, .accepted: break
             case .acknowledged: return .alreadyAcknowledged

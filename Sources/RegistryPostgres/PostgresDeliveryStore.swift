@@ -98,6 +98,7 @@ struct PostgresDeliveryStore: DeliveryStore {
                       AND state = \(DeliveryState.pending.rawValue)
                     """)
             case .acknowledged:
+                try await PostgresDeletionStore.lockDeletion(item.deletionID, on: c)
                 try await c.query(
                     """
                     UPDATE deletion_deliveries SET state = \(DeliveryState.acknowledged.rawValue), acknowledged_at = \(now),

@@ -27,7 +27,8 @@ struct PostgresErasureStore: ErasureStore {
                 """)
             let fids = try await c.query(
                 """
-                SELECT fid FROM user_bindings WHERE project_id = \(r.projectID) AND user_id = \(r.userID) ORDER BY fid
+                SELECT fid FROM user_bindings WHERE project_id = \(r.projectID) AND user_id = \(r.userID)
+                ORDER BY fid COLLATE "C"
                 """
             ).map { try $0.require("fid", as: String.self) }
             for fid in fids {

@@ -96,7 +96,7 @@ struct PostgresImportStore: ImportStore {
                         last_seen_at, imported_from)
                     SELECT \(projectID), s.fid, s.app_id, '\\x00'::bytea, s.sdk_version,
                         s.created_at, s.last_seen_at, s.imported_from
-                    FROM import_stage s
+                    FROM import_stage s ORDER BY s.fid COLLATE "C"
                     ON CONFLICT (project_id, fid) DO UPDATE SET last_seen_at = excluded.last_seen_at
                         WHERE installations.last_seen_at < excluded.last_seen_at
                     RETURNING fid, xmax = 0 AS made
@@ -108,6 +108,27 @@ struct PostgresImportStore: ImportStore {
             ).first
             counts.installationsCreated = try installed?.require("made") ?? 0
             counts.installationsUpdated = try installed?.require("seen") ?? 0
+            // Retired while this batch waited: a deletion of one of its FIDs that was under way when the check above
+            // ran (its snapshot could not see the retirement) had the insert wait for it, and then find no row in
+            // the way. This statement's snapshot sees it: what was made of such an FID goes before anything is
+            // attached to it (as a create re-checks after its insert, `registry_assert_fid_live`).
+            let late = try await c.query(
+                """
+                WITH late AS (
+                    DELETE FROM import_stage s USING retired_fids r
+                    WHERE r.project_id = \(projectID) AND r.fid_hmac = s.fid_hmac RETURNING s.fid, s.made
+                ), gone AS (
+                    DELETE FROM installations i USING late
+                    WHERE i.project_id = \(projectID) AND i.fid = late.fid AND late.made
+                )
+                SELECT count(*) FILTER (WHERE made)::int AS made, count(*) FILTER (WHERE NOT made)::int AS seen FROM late
+                """
+            ).first
+            let lateMade: Int = try late?.require("made") ?? 0
+            let lateSeen: Int = try late?.require("seen") ?? 0
+            counts.deletedSkipped += lateMade + lateSeen
+            counts.installationsCreated -= lateMade
+            counts.installationsUpdated -= lateSeen
             // Consent of what was made: the export's states and ledger as they were, or the source's state (the app's
             // default when it had none) with one ledger entry of source import:<format> at the source's time.
             try await c.query(
@@ -357,17 +378,44 @@ struct PostgresImportStore: ImportStore {
             """)
     }
 
-    /// A page in FID order: the installations, then each kind of row of all of them at once (seven statements a page,
-    /// whatever its size).
+    /// What the unbounded-in-number children of a page (topics, sender tokens) may weigh together: the page ends
+    /// before the installation that would take them past it (never before its first). A page of 1,000 installations
+    /// that each hold 2,000 topics of 900 bytes was 1.8 GB read into memory at once; now such a page is two
+    /// installations, and the export goes on from there.
+    static let exportPageChildBytes = 4 << 20
+
+    /// A page in FID order: the installations, then each kind of row of all of them at once (eight statements a page,
+    /// whatever its size). It may hold fewer than `limit` installations (``exportPageChildBytes``) with more to come.
     func exportPage(projectID: String, after: String, limit: Int, ledgerLimit: Int) async throws
         -> [ExportedInstallation]
     {
-        let rows = try await db.query(
-            """
-            SELECT *, imported_from FROM installations WHERE project_id = \(projectID) AND fid > \(after)
-            ORDER BY fid LIMIT \(limit)
-            """)
+        var rows = Array(
+            try await db.query(
+                """
+                SELECT *, imported_from FROM installations WHERE project_id = \(projectID) AND fid > \(after)
+                ORDER BY fid LIMIT \(limit)
+                """))
         guard !rows.isEmpty else { return [] }
+        // Each installation's children's weight (index ranges summed, nothing of theirs read out), in page order.
+        let weights = try await db.query(
+            """
+            SELECT f.n, coalesce((SELECT sum(octet_length(t.topic) + 16) FROM topic_subscriptions t
+                    WHERE t.project_id = \(projectID) AND t.fid = f.fid), 0)
+                + coalesce((SELECT sum(octet_length(s.token) + octet_length(s.sender) + octet_length(s.scope) + 32)
+                    FROM sender_tokens s WHERE s.project_id = \(projectID) AND s.fid = f.fid), 0) AS bytes
+            FROM unnest(\(TextArray(try rows.map { try $0.require("fid", as: String.self) }))::text[])
+                WITH ORDINALITY AS f(fid, n)
+            ORDER BY f.n
+            """
+        ).map { try $0.require("bytes", as: Int64.self) }
+        var total: Int64 = 0
+        for (n, weight) in weights.enumerated() {
+            total += weight
+            if total > Int64(Self.exportPageChildBytes) && n > 0 {
+                rows = Array(rows.prefix(n))
+                break
+            }
+        }
         var items: [String: ExportedInstallation] = [:]
         var order: [String] = []
         for row in rows {

@@ -31,6 +31,10 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 """
             ).map { try $0.require("id", as: Int64.self) }
             let ids = TextArray(due.map(String.init)).postgresText
+            // Locked in id order before anything is read from them, as an acknowledgement locks its deletion before
+            // its delivery: one that commits meanwhile is waited for, so the overdue receipt and the person's receipt
+            // below tell the same outcome (and the two never wait on each other).
+            try await c.query("SELECT 1 FROM deletions WHERE id = ANY(\(ids)::bigint[]) ORDER BY id FOR UPDATE")
             try await c.query(
                 """
                 INSERT INTO overdue_deletions (deletion_id, project_id, fid_hmac, reason, requested_at, deadline, services, purged_at)
@@ -60,10 +64,11 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                     DELETE FROM events e USING gone WHERE e.project_id = gone.project_id AND e.fid = gone.fid),
                 outbox AS (
                     DELETE FROM event_outbox o USING gone WHERE o.project_id = gone.project_id AND o.fid = gone.fid),
-                -- The audit log keeps each entry and its keyed hash; the FID in clear goes.
-                cleared AS (
-                    UPDATE audit_log a SET target = NULL FROM gone WHERE a.project_id = gone.project_id AND a.subject
-                      AND a.target_digest = gone.fid_hmac AND a.target IS NOT NULL)
+                -- The audit log keeps each entry and its keyed hash; the FID in clear goes, a bounded number of
+                -- entries a round (``scrubAudit``).
+                scrubs AS (
+                    INSERT INTO audit_scrubs (project_id, digest, next_at) SELECT project_id, fid_hmac, \(now) FROM gone
+                    ON CONFLICT DO NOTHING)
                 SELECT count(*)::int AS n FROM gone
                 """)
             return try purged.first?.require("n", as: Int.self) ?? 0
@@ -80,15 +85,15 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                     SELECT e.project_id, e.erasure_id, e.user_hmac FROM erasures e WHERE e.scrubbed_at IS NULL
                       AND NOT EXISTS (SELECT 1 FROM erasure_members m JOIN deletions d ON d.id = m.deletion_id
                           WHERE m.project_id = e.project_id AND m.erasure_id = e.erasure_id)
-                ), scrubbed AS (
-                    UPDATE audit_log a SET target = NULL FROM due
-                    WHERE a.project_id = due.project_id AND a.subject AND a.target_digest = due.user_hmac
-                      AND a.target IS NOT NULL
+                ), scrubs AS (
+                    INSERT INTO audit_scrubs (project_id, digest, next_at) SELECT project_id, user_hmac, \(now) FROM due
+                    ON CONFLICT DO NOTHING
                 )
                 UPDATE erasures e SET scrubbed_at = \(now) FROM due
                 WHERE e.project_id = due.project_id AND e.erasure_id = due.erasure_id
                 """)
             try await Self.dropEvents(before: eventsBefore, on: c)
+            try await Self.scrubAudit(at: now, on: c)
             // The completions counted since the last round (migration 15) join the count, this purge's included.
             try await c.query(
                 """
@@ -96,6 +101,62 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 UPDATE deletion_counts SET done = deletion_counts.done + (SELECT coalesce(sum(done), 0) FROM folded)
                 """)
         }
+    }
+
+    /// A round clears the clear text of at most ``scrubbedPerRound`` audit entries, at most ``scrubbedPerSubject`` of
+    /// one subject (a purged installation, an erased person), the subjects waiting longest first; a subject with entries
+    /// left goes to the back of the queue, and one with none left leaves it. So a round's cost is bounded whatever a
+    /// tenant wrote about one of its subjects (each refused call is an entry too), and that subject's clear text leaves
+    /// over the rounds its own entries take, while the others' leave in their turn.
+    static let scrubbedPerRound = 20_000
+    static let scrubbedPerSubject = 2_000
+    /// Subjects looked at a round: queued ones with no entries left cost an index probe each.
+    static let scrubbedSubjects = 5_000
+
+    static func scrubAudit(at now: Date, on c: PostgresConnection) async throws {
+        let due = """
+            SELECT project_id, digest FROM audit_scrubs ORDER BY next_at, project_id, digest
+            LIMIT \(scrubbedSubjects)
+            """
+        // The entries are read subject by subject in the queue's order (a nested loop over the queue's first rows)
+        // until the round's count is reached: no ORDER BY, which would read every subject's entries to sort them.
+        let touched = try await c.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    WITH due AS (\(due) FOR UPDATE),
+                    entries AS (
+                        SELECT due.project_id, e.seq FROM due CROSS JOIN LATERAL (
+                            SELECT a.seq FROM audit_log a WHERE a.project_id = due.project_id AND a.subject
+                              AND a.target_digest = due.digest AND a.target IS NOT NULL
+                            LIMIT \(scrubbedPerSubject)) e
+                        LIMIT \(scrubbedPerRound)
+                    ), cleared AS (
+                        UPDATE audit_log a SET target = NULL FROM entries
+                        WHERE a.project_id = entries.project_id AND a.seq = entries.seq
+                        RETURNING a.project_id, a.target_digest
+                    )
+                    SELECT DISTINCT project_id, target_digest FROM cleared
+                    """, binds: []))
+        // This transaction sees its own clearing: the subjects looked at with nothing left leave the queue.
+        try await c.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    DELETE FROM audit_scrubs s WHERE (s.project_id, s.digest) IN (\(due))
+                      AND NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.project_id = s.project_id AND a.subject
+                          AND a.target_digest = s.digest AND a.target IS NOT NULL)
+                    """, binds: []))
+        guard !touched.isEmpty else { return }
+        // Those with entries left go behind every subject queued until now.
+        let projects = try touched.map { try $0.require("project_id", as: String.self) }
+        let digests = try touched.map { row in
+            try row.require("target_digest", as: ByteA.self).bytes.map { String(format: "%02x", $0) }.joined()
+        }
+        try await c.query(
+            """
+            UPDATE audit_scrubs s SET next_at = \(now)::timestamptz + interval '1 millisecond'
+            FROM unnest(\(TextArray(projects))::text[], \(TextArray(digests))::text[]) AS t(project_id, digest)
+            WHERE s.project_id = t.project_id AND s.digest = decode(t.digest, 'hex')
+            """)
     }
 
     /// At most this many feed events are dropped a round (a round is `JOBS_INTERVAL_SECONDS`).

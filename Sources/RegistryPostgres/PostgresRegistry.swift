@@ -20,15 +20,18 @@ public enum PostgresRegistry {
     ///   - groupCommitMax: at most this many concurrent writes committed together (1: each alone).
     ///   - readBatchMax: at most this many concurrent point reads sent in one round trip (1: each alone).
     ///   - transactionPooled: `conninfo` names a pooler in transaction mode (pgbouncer): nothing is kept on a session.
+    ///   - batchLockWaitMillis: how long a write of a group-committed batch waits for a lock before it runs alone (0:
+    ///     unbounded).
     public static func pool(
         conninfo: String, size: Int, acquireTimeoutMillis: Int, statementTimeoutMillis: Int, groupCommitMax: Int = 64,
-        readBatchMax: Int = 64, transactionPooled: Bool = false
+        readBatchMax: Int = 64, transactionPooled: Bool = false, batchLockWaitMillis: Int = 250
     ) -> PostgresPool {
-        PostgresPool(
-            .init(
-                conninfo: conninfo, maxConnections: size, acquireTimeout: .milliseconds(acquireTimeoutMillis),
-                statementTimeout: statementTimeoutMillis > 0 ? .milliseconds(statementTimeoutMillis) : nil,
-                groupCommitBatch: groupCommitMax, readBatch: readBatchMax, transactionPooled: transactionPooled))
+        var configuration = PostgresPool.Configuration(
+            conninfo: conninfo, maxConnections: size, acquireTimeout: .milliseconds(acquireTimeoutMillis),
+            statementTimeout: statementTimeoutMillis > 0 ? .milliseconds(statementTimeoutMillis) : nil,
+            groupCommitBatch: groupCommitMax, readBatch: readBatchMax, transactionPooled: transactionPooled)
+        configuration.groupCommitLockWait = batchLockWaitMillis > 0 ? .milliseconds(batchLockWaitMillis) : nil
+        return PostgresPool(configuration)
     }
 
     /// Every store of ``RegistryStores``, sharing `pool`.
@@ -121,6 +124,7 @@ struct PostgresStoreHealth: StoreHealth {
         statistics.groupCommits = pool.groupCommits
         statistics.groupCommittedWrites = pool.groupCommittedWrites
         statistics.writesRetriedAlone = pool.writesRetriedAlone
+        statistics.writesLockWaitedAlone = pool.writesLockWaitedAlone
         // Batched reads run on the read replica's pool too (targeting, sendability): counted together.
         let replica = readPool?.statistics
         statistics.queuedReads = pool.queuedReads + (replica?.queuedReads ?? 0)

@@ -20,7 +20,7 @@ struct PostgresTopicStore: TopicStore {
                 try await c.query(
                     """
                     SELECT fid FROM installations WHERE project_id = \(projectID) AND fid = ANY(\(TextArray(fids))::text[])
-                    ORDER BY fid FOR UPDATE
+                    ORDER BY fid COLLATE "C" FOR UPDATE
                     """
                 ).map { try $0.require("fid", as: String.self) })
             var state: [String: (subscribed: Bool, count: Int, granted: Bool)] = [:]

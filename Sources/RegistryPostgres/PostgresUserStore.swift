@@ -110,7 +110,7 @@ struct PostgresUserStore: UserStore, SubjectStore {
                 SELECT b.project_id, b.fid FROM user_bindings b JOIN installations j USING (project_id, fid)
                 WHERE b.project_id = \(r.projectID) AND b.user_id = \(r.userID)
                 ORDER BY j.last_seen_at, b.fid LIMIT \(count - limit + 1))
-            ORDER BY i.fid FOR NO KEY UPDATE
+            ORDER BY i.fid COLLATE "C" FOR NO KEY UPDATE
             """)
         let victims = try await c.query(
             """

@@ -37,6 +37,10 @@ public enum Schema {
         migration(32, "shared_api_keys", PackageResources.m032_shared_api_keys_sql),
         migration(
             33, "delivery_counters_of_live_services", PackageResources.m033_delivery_counters_of_live_services_sql),
+        migration(
+            34, "deletions_completed_by_every_outcome",
+            PackageResources.m034_deletions_completed_by_every_outcome_sql),
+        migration(35, "audit_scrubs_in_bounded_steps", PackageResources.m035_audit_scrubs_in_bounded_steps_sql),
     ]
 
     private static func migration(_ version: Int, _ name: String, _ sql: [UInt8]) -> Migration {

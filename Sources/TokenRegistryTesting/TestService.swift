@@ -42,7 +42,8 @@ public struct TestService: Sendable {
         let pool = PostgresRegistry.pool(
             conninfo: conninfo, size: configuration.databasePoolSize,
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
-            statementTimeoutMillis: configuration.databaseStatementTimeoutMillis)
+            statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
+            batchLockWaitMillis: configuration.databaseBatchLockWaitMillis)
         let box = try SecretBox(key: try SecureRandom.bytes(32))
         try await PostgresRegistry.prepare(pool: pool, box: box)
         let app = try await Application.build(
@@ -82,7 +83,8 @@ public struct TestService: Sendable {
         let pool = PostgresRegistry.pool(
             conninfo: conninfo, size: app.configuration.databasePoolSize,
             acquireTimeoutMillis: app.configuration.databaseAcquireTimeoutMillis,
-            statementTimeoutMillis: app.configuration.databaseStatementTimeoutMillis)
+            statementTimeoutMillis: app.configuration.databaseStatementTimeoutMillis,
+            batchLockWaitMillis: app.configuration.databaseBatchLockWaitMillis)
         return try await Application.build(
             configuration: app.configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: app.clock,
             logger: Logger(level: .error))

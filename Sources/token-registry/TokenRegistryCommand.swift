@@ -158,7 +158,8 @@ struct CommandDatabase {
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
             groupCommitMax: configuration.databaseGroupCommitMax, readBatchMax: configuration.databaseReadBatchMax,
-            transactionPooled: configuration.databaseTransactionPooled)
+            transactionPooled: configuration.databaseTransactionPooled,
+            batchLockWaitMillis: configuration.databaseBatchLockWaitMillis)
         let readPool = configuration.databaseReadURL.map {
             PostgresRegistry.pool(
                 conninfo: $0, size: configuration.databasePoolSize,

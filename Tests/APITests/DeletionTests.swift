@@ -131,6 +131,34 @@ struct DeletionTests {
         await receiver.server.shutdown(drainTimeout: 1)
     }
 
+    /// Two services acknowledge one deletion at the same moment: another session holds the deletions table in share
+    /// mode, so both outcomes are written and wait at the completion; once it lets go the deletion is done. (Without
+    /// the deletion's lock each checked for open deliveries in a snapshot where the other's was still open, neither
+    /// completed it, and the receipt said pending, then overdue, for ever.)
+    @Test func twoAcknowledgementsAtOnceCompleteTheDeletion() async throws {
+        let receiver = try Receiver(statuses: [])
+        try await TestService.with { s in
+            try await link(s, receiver)
+            try await link(s, receiver, name: "mail")
+            let i = try await s.createInstallation()
+            #expect(
+                try await s.request(
+                    "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders
+                ).status == 200)
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN; LOCK TABLE deletions IN SHARE MODE")
+            let delivered = Task { try await s.app.jobs.deliverDue() }
+            try await session.waitUntilBlocked(2)
+            try await session.execute("COMMIT")
+            _ = try await delivered.value
+            #expect(receiver.notices.count == 2)
+            let receipt = try #require(
+                try await s.request("GET", "/v1/projects/\(s.project.id)/deletions/\(i.fid)", headers: s.serverHeaders).json)
+            #expect(receipt["state"]?.stringValue == "done", "\(receipt.text)")
+        }
+        await receiver.server.shutdown(drainTimeout: 1)
+    }
+
     @Test func acceptedNoticesWaitForTheAsynchronousAck() async throws {
         let receiver = try Receiver(statuses: [202])
         try await TestService.with { s in

@@ -1,5 +1,6 @@
 import Foundation
 import JSON
+import Postgres
 import Registry
 import Testing
 import TokenRegistryTesting
@@ -8,6 +9,13 @@ import TokenRegistryTesting
 /// requests need, the racing requests queue behind it, then it lets go. Every test here failed before its fix.
 @Suite("Forced interleavings", .enabled(if: TestDatabase.isAvailable))
 struct InterleavingTests {
+    /// A service whose group-committed writes wait on a lock in their batch as long as it is held: each test here
+    /// holds the lock for as long as it takes to line the racing requests up, and is about the order they meet in the
+    /// database, not about how long a batch waits (that is `PipelineTests.aWriteBlockedByALockLeavesItsBatch…`).
+    static func service(_ body: (TestService) async throws -> Void) async throws {
+        try await TestService.with(configure: { $0.databaseBatchLockWaitMillis = 0 }, body)
+    }
+
     static func fis(_ i: CreatedInstallationReply) -> [String: String] {
         ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"]
     }
@@ -15,7 +23,7 @@ struct InterleavingTests {
     /// A withdrawal that commits while a client registration is between its consent check and its write must not
     /// leave an active registration.
     @Test func aWithdrawalIsNeverOvertakenByARegistration() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let i = try await s.createInstallation()
             let session = try await SecondSession(conninfo: s.conninfo)
             // Registrations cannot be written while this is held; consent rows and reads can.
@@ -47,7 +55,7 @@ struct InterleavingTests {
     /// A token another installation writes, not yet committed when the callback looks for its holder: the callback
     /// waits on the token's unique index, and once the other commits it takes the token from it (not a 409).
     @Test func aTokenWrittenConcurrentlyForAnotherInstallationIsTakenOverOnceItCommits() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let holder = try await s.createInstallation()
             let taker = try await s.createInstallation()
             let session = try await SecondSession(conninfo: s.conninfo)
@@ -75,7 +83,7 @@ struct InterleavingTests {
     /// A deadlock between a refresh callback and another session (each holds a row the other wants) is answered 503
     /// with Retry-After, which every client retries, never 409; the retry then succeeds.
     @Test func aDeadlockIsAnsweredWithARetryableStatus() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let holder = try await s.createInstallation()
             let taker = try await s.createInstallation()
             func callback(_ fid: String) async throws -> Reply {
@@ -108,7 +116,7 @@ struct InterleavingTests {
     /// the Google JSON of the refresh callback and the FIS create, and the register API's `Error=` text. Once the
     /// conflict is gone the same requests succeed.
     @Test func aSerializationFailureIsAnsweredWithARetryableStatusInEveryShape() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let i = try await s.createInstallation(app: s.ios)
             let checkin = try await s.request(
                 "POST", "/checkin", headers: ["content-type": "application/json"], json: ["id": 0, "security_token": 0])
@@ -161,7 +169,7 @@ struct InterleavingTests {
     /// registration's lock while the refresh commits the new token, then must find its token gone and retire nothing.
     /// Matching the registration before the lock (by FID, say) retires the new token and fails this test.
     @Test func feedbackRacingARefreshNeverRetiresTheNewToken() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let i = try await s.createInstallation()
             let old = i.fid + ":old-token"
             let new = i.fid + ":new-token"
@@ -191,7 +199,7 @@ struct InterleavingTests {
 
     /// Two refresh callbacks for one installation, the newer one first: the older must not overwrite it.
     @Test func theNewestClientTimeWinsWhateverTheOrder() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let i = try await s.createInstallation()
             let session = try await SecondSession(conninfo: s.conninfo)
             try await session.execute("BEGIN")
@@ -223,7 +231,7 @@ struct InterleavingTests {
     /// A withdrawal that commits while a refresh callback waits for the installation's lock: the callback, one
     /// round trip in the database since migration 11, must read consent after the lock and store nothing.
     @Test func aCallbackQueuedBehindAWithdrawalStoresNothing() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let i = try await s.createInstallation()
             let session = try await SecondSession(conninfo: s.conninfo)
             try await session.execute("BEGIN")
@@ -250,7 +258,7 @@ struct InterleavingTests {
     /// installation's lock, so the ones queued behind it count the others' tokens. Counting before the lock lets all
     /// three pass (their inserts only wait at the foreign key) and this test fails.
     @Test func senderTokensQueuedBehindTheInstallationsLockCountOneAfterAnother() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let reply = try await s.createInstallation()
             let i = try #require(try await s.app.installations.find(project: s.project, fid: reply.fid))
             for n in 0..<(RegistrationService.maxSenderTokens - 1) {
@@ -284,7 +292,7 @@ struct InterleavingTests {
     /// after its installation's lock, so only the other installation gains the topic. Reading consent before the
     /// lock fails this test.
     @Test func aSubscribeQueuedBehindAWithdrawalAddsNothing() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let withdrawn = try await s.createInstallation()
             let other = try await s.createInstallation()
             let session = try await SecondSession(conninfo: s.conninfo)
@@ -318,7 +326,7 @@ struct InterleavingTests {
     /// `clientTime` far ahead of the database's clock, or before 2000, is refused naming the field.
     @Test(arguments: ["9999-12-31T23:59:59Z", "0000-01-01T00:00:00Z", "1999-12-31T23:59:59Z", "+10m"])
     func clientTimesOutOfRangeAreRefused(_ text: String) async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let i = try await s.createInstallation()
             let value = text == "+10m" ? Timestamp.rfc3339(Date().addingTimeInterval(600)) : text
             let reply = try await s.request(
@@ -331,7 +339,7 @@ struct InterleavingTests {
 
     /// With no linked service, a deletion is complete at once.
     @Test func aDeletionWithNoLinkedServiceIsDoneAtOnce() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let i = try await s.createInstallation()
             let deleted = try await s.request(
                 "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
@@ -347,7 +355,7 @@ struct InterleavingTests {
 
     /// A create of a FID that races its deletion, waiting on the deleting transaction, must not bring it back.
     @Test func aDeletedFIDNeverComesBack() async throws {
-        try await TestService.with { s in
+        try await Self.service { s in
             let i = try await s.createInstallation()
             let session = try await SecondSession(conninfo: s.conninfo)
             // The deletion stops after it has removed the installation, before it commits.
@@ -372,6 +380,57 @@ struct InterleavingTests {
         }
     }
 
+    /// An import batch that holds an FID being deleted: the deletion has removed the installation and waits (another
+    /// session holds the deletions table), the import's insert waits for it, and then must not make the FID again.
+    /// (Its retired check ran in a snapshot taken before the retirement committed: without the check after the
+    /// insert the installation came back, with its token, topics and consent.)
+    @Test func anImportNeverBringsBackAnFIDDeletedWhileItWaits() async throws {
+        struct Rows: ImportReader {
+            var rows: [ImportRow]
+            mutating func next() throws -> ImportRow? { rows.isEmpty ? nil : rows.removeFirst() }
+        }
+        try await Self.service { s in
+            let i = try await s.createInstallation()
+            var record = ImportRecord(line: 1, sourceKey: "k1", platform: .android)
+            record.fid = i.fid
+            record.token = i.fid + ":APA91bImported"
+            let seen = Date()
+            record.lastSeenAt = seen
+            record.refreshedAt = seen
+            record.createdAt = seen.addingTimeInterval(-86_400)
+            record.consentTime = seen
+            record.messagingConsent = true
+            record.topics = [TopicSubscription(topic: "news", createdAt: seen)]
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN; LOCK TABLE deletions IN EXCLUSIVE MODE")
+            let delete = Task {
+                try await s.request(
+                    "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+            }
+            try await session.waitUntilBlocked(1)
+            let services = s.app.services
+            let project = s.project
+            let imported = Task {
+                var reader = Rows(rows: [.record(record)])
+                let android = try await services.catalog.createApp(
+                    project: project, platform: .android, bundleID: nil, autoInitDefault: true)
+                return try await services.imports.run(
+                    project: project, apps: [android], format: .fcmDjango, reader: &reader, key: "late",
+                    dryRun: false, batchSize: 10, bytes: { 0 }, progress: { _ in }, rejected: { _ in })
+            }
+            try await session.waitUntilBlocked(2)
+            try await session.execute("COMMIT")
+            #expect(try await delete.value.status == 200)
+            let progress = try await imported.value
+            #expect(progress.counts.deletedSkipped == 1 && progress.counts.installationsCreated == 0, "\(progress.counts)")
+            for table in ["installations", "registrations", "topic_subscriptions", "consents"] {
+                let rows = try await s.pool.query(
+                    PostgresQuery(unsafeSQL: "SELECT count(*)::int AS n FROM \(table) WHERE fid = $1", binds: [i.fid]))
+                #expect(try rows.first?.require("n", as: Int.self) == 0, "\(table)")
+            }
+        }
+    }
+
     /// With every connection of a pool of 2 held, a request is answered 503 with `Retry-After` within the acquire
     /// time-out, and the held ones complete once the lock goes.
     @Test func anExhaustedPoolAnswers503Fast() async throws {
@@ -389,6 +448,12 @@ struct InterleavingTests {
                     try await s.request(
                         "PUT", consent, headers: s.serverHeaders, json: ["autoInitEnabled": .bool(n == 0)])
                 }
+            }
+            // Each leaves its batch after the batch's lock wait and waits alone, on a connection of its own.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try await !s.request("GET", "/metrics").text.contains("db_group_commit_lock_waits_alone_total 2") {
+                guard ContinuousClock.now < deadline else { Issue.record("the writes never left their batches"); return }
+                try await Task.sleep(for: .milliseconds(20))
             }
             try await session.waitUntilBlocked(2)
             let started = ContinuousClock.now

@@ -83,7 +83,7 @@ struct BatchedReadTests {
     /// them until the lock went).
     @Test func aReadDoesNotQueueBehindWrites() async throws {
         try await withDatabase { url in
-            let pool = PostgresPool(.init(conninfo: url, maxConnections: 6, acquireTimeout: .seconds(5)))
+            let pool = PostgresPool(PostgresPool.Configuration(conninfo: url, maxConnections: 6, acquireTimeout: .seconds(5)).waitingOnLocks())
             defer { pool.close() }
             try await pool.query("CREATE TABLE g (k text PRIMARY KEY)")
             try await pool.query("INSERT INTO g VALUES ('seen')")

@@ -117,7 +117,7 @@ struct PipelineTests {
     /// answered only once stored; with a bad write among them, it fails alone and every other write is stored.
     @Test func queuedWritesCommitTogetherAndABadOneFailsAlone() async throws {
         try await withDatabase { url in
-            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4))
+            let pool = PostgresPool(PostgresPool.Configuration(conninfo: url, maxConnections: 4).waitingOnLocks())
             try await pool.query("CREATE TABLE g (k text PRIMARY KEY CHECK (k <> 'bad'), xid bigint)")
             let second = try await SecondSession(conninfo: url)
             for round in ["a", "b"] {
@@ -168,7 +168,12 @@ struct PipelineTests {
     /// as a wait for a connection does, and never runs afterwards; the batches that were running commit.
     @Test func aQueuedWriteWaitsNoLongerThanTheAcquireTimeout() async throws {
         try await withDatabase { url in
-            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4, acquireTimeout: .milliseconds(300)))
+            var configuration = PostgresPool.Configuration(
+                conninfo: url, maxConnections: 4, acquireTimeout: .milliseconds(300))
+            // Batches wait on the lock as long as it is held (a lock they wait for is what ``aWriteBlockedByALock…``
+            // takes out of them).
+            configuration.groupCommitLockWait = nil
+            let pool = PostgresPool(configuration)
             try await pool.query("CREATE TABLE g (k text PRIMARY KEY)")
             let second = try await SecondSession(conninfo: url)
             try await second.execute("BEGIN; LOCK TABLE g IN EXCLUSIVE MODE")
@@ -209,12 +214,47 @@ struct PipelineTests {
         }
     }
 
+    /// Writes blocked on a row lock another session holds (a tenant's long transaction) leave their batches after the
+    /// lock wait and run alone: writes of other rows, queued behind them in the same lane, commit while the lock is
+    /// still held, and the blocked ones commit once it goes. (Without the bound the lane's two batches waited on the
+    /// lock, and every write queued behind them failed at the acquire time-out.)
+    @Test func aWriteBlockedByALockLeavesItsBatchAndTheLaneGoesOn() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 12, acquireTimeout: .seconds(3)))
+            try await pool.query("CREATE TABLE g (k text PRIMARY KEY, n int NOT NULL DEFAULT 0)")
+            try await pool.query("INSERT INTO g VALUES ('held')")
+            let second = try await SecondSession(conninfo: url)
+            try await second.execute("BEGIN; UPDATE g SET n = n + 1 WHERE k = 'held'")
+            let blocked = (0..<6).map { _ in
+                Task { try await pool.groupCommitted("UPDATE g SET n = n + 1 WHERE k = 'held'", key: "held") }
+            }
+            try await second.waitUntilBlocked(1)
+            let started = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for n in 0..<20 {
+                    group.addTask { try await pool.groupCommitted("INSERT INTO g VALUES (\("free\(n)"))", key: "free\(n)") }
+                }
+                try await group.waitForAll()
+            }
+            let took = ContinuousClock.now - started
+            #expect(took < .seconds(2), "the free writes took \(took) behind the lock")
+            // The blocked writes wait alone, each on its own connection.
+            try await second.waitUntilBlocked(6)
+            try await second.execute("COMMIT")
+            for write in blocked { _ = try await write.value }
+            let held = try await pool.query("SELECT n FROM g WHERE k = 'held'").first?.require("n", as: Int.self)
+            #expect(held == 7)
+            #expect(try await pool.query("SELECT count(*)::int AS c FROM g").first?.require("c", as: Int.self) == 21)
+            #expect(pool.statistics.writesLockWaitedAlone == 6)
+        }
+    }
+
     /// A batch that failed runs again one statement at a time; a connection lost on the second of them fails that
     /// one and the rest, and the first, committed alone, is answered as committed (it was answered as failed).
     /// Forced: the second statement ends its own session when it runs outside the first one's transaction.
     @Test func aConnectionLostWhileRunningAloneFailsOnlyWhatDidNotRun() async throws {
         try await withDatabase { url in
-            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4))
+            let pool = PostgresPool(PostgresPool.Configuration(conninfo: url, maxConnections: 4).waitingOnLocks())
             defer { pool.close() }
             try await pool.query("CREATE TABLE g (k text PRIMARY KEY)")
             try await pool.query("CREATE TABLE m (x text PRIMARY KEY)")
@@ -252,7 +292,7 @@ struct PipelineTests {
     /// /metrics shows): two writes wait on a lock alone, five queue behind them, one of the five is bad.
     @Test func groupCommitIsCounted() async throws {
         try await withDatabase { url in
-            let pool = PostgresPool(.init(conninfo: url, maxConnections: 4))
+            let pool = PostgresPool(PostgresPool.Configuration(conninfo: url, maxConnections: 4).waitingOnLocks())
             try await pool.query("CREATE TABLE g (k text PRIMARY KEY CHECK (k <> 'bad'))")
             let second = try await SecondSession(conninfo: url)
             try await second.execute("BEGIN; LOCK TABLE g IN EXCLUSIVE MODE")
@@ -282,5 +322,15 @@ extension Result {
     var error: Failure? {
         if case let .failure(error) = self { return error }
         return nil
+    }
+}
+
+extension PostgresPool.Configuration {
+    /// Group-committed batches wait on a lock as long as it is held: the tests that take this hold one to line writes
+    /// up behind it, and are about what the batches then do (the lock wait is `aWriteBlockedByALockLeavesItsBatch…`'s).
+    func waitingOnLocks() -> Self {
+        var configuration = self
+        configuration.groupCommitLockWait = nil
+        return configuration
     }
 }

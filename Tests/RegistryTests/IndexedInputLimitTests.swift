@@ -57,6 +57,7 @@ struct IndexedInputLimitTests {
         "sender_tokens.token": 256,
         // Hashes (SHA-256, HMAC-SHA-256).
         "audit_log.target_digest": 32,
+        "audit_scrubs.digest": 32,
         "deletions.fid_hmac": 32,
         "erasures.user_hmac": 32,
         "overdue_deletions.fid_hmac": 32,

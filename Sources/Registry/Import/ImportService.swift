@@ -261,7 +261,8 @@ public struct ImportService: Sendable {
                     try await writeWithPagedLedger(item, projectID: project.id, at: now, write)
                 }
             }
-            guard page.count == pageSize, let last = page.last else { return }
+            // A page may end early, at what its installations' topics and tokens weigh: only an empty one ends.
+            guard let last = page.last else { return }
             after = last.installation.fid
         }
     }
