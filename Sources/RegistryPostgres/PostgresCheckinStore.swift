@@ -22,15 +22,20 @@ struct PostgresCheckinStore: CheckinStore {
         guard let id = Int64(exactly: c.androidID), let projectID = c.projectID, let fid = c.fid else {
             throw RegistryError.invalid("android_id", "must be below 2^63, for an installation")
         }
-        // One statement: concurrent enrolments of one installation may pass the count together, by at most their
-        // number (the id's primary key still refuses a second row for one id).
-        return try await db.query(
-            """
-            INSERT INTO checkins (android_id, security_token_hash, project_id, fid, created_at, last_checkin_at)
-            SELECT \(id), \(ByteA(c.securityTokenHash)), \(projectID), \(fid), \(at), \(at)
-            WHERE (SELECT count(*) FROM checkins WHERE project_id = \(projectID) AND fid = \(fid)) < \(limit)
-            """
-        ).affectedRows == 1
+        // The installation's row first, in a statement of its own: concurrent enrolments of one installation count
+        // one after another, each in a snapshot that sees the ones before it (a single statement's count let them
+        // all pass together).
+        return try await db.transaction { t in
+            try await t.query(
+                "SELECT 1 FROM installations WHERE project_id = \(projectID) AND fid = \(fid) FOR NO KEY UPDATE")
+            return try await t.query(
+                """
+                INSERT INTO checkins (android_id, security_token_hash, project_id, fid, created_at, last_checkin_at)
+                SELECT \(id), \(ByteA(c.securityTokenHash)), \(projectID), \(fid), \(at), \(at)
+                WHERE (SELECT count(*) FROM checkins WHERE project_id = \(projectID) AND fid = \(fid)) < \(limit)
+                """
+            ).affectedRows == 1
+        }
     }
 
     func checkin(androidID: UInt64) async throws -> StoredCheckin? {

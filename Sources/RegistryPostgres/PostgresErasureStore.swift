@@ -33,13 +33,19 @@ struct PostgresErasureStore: ErasureStore {
             ).map { try $0.require("fid", as: String.self) }
             for fid in fids {
                 let hash = r.fidHash(fid)
-                guard
-                    let id = try await PostgresInstallationStore.delete(
-                        DeletionRequest(
-                            projectID: r.projectID, fid: fid, fidHash: hash, reason: .erasure,
-                            requestedAt: r.requestedAt, deadline: r.deadline, idleBefore: nil,
-                            traceparent: r.traceparent), on: c)
-                else { continue }
+                // Deleted by another request while this erasure waited for its row: that deletion's record is the
+                // person's too, so the person's receipt waits for its services as well.
+                var deleted = try await PostgresInstallationStore.delete(
+                    DeletionRequest(
+                        projectID: r.projectID, fid: fid, fidHash: hash, reason: .erasure,
+                        requestedAt: r.requestedAt, deadline: r.deadline, idleBefore: nil,
+                        traceparent: r.traceparent), on: c)
+                if deleted == nil {
+                    deleted = try await c.query(
+                        "SELECT id FROM deletions WHERE project_id = \(r.projectID) AND fid = \(fid)"
+                    ).first?.require("id", as: Int64.self)
+                }
+                guard let id = deleted else { continue }
                 try await c.query(
                     """
                     INSERT INTO erasure_members (project_id, erasure_id, deletion_id, fid_hmac)

@@ -88,6 +88,12 @@ struct PostgresRegistrationStore: RegistrationStore {
     func importAPNs(_ items: [APNsImport], initialConsent: Bool, create: Bool) async throws -> [String: String] {
         guard !items.isEmpty else { return [:] }
         return try await db.transaction { c in
+            // A project's imports one at a time (the project's row, which nothing else of a request takes this way):
+            // each looks for the APNs tokens in a snapshot after the one before it committed. Two imports of one token
+            // at once (a retried call) each found none and made an installation each.
+            if let project = items.first?.registration.projectID {
+                try await c.query("SELECT 1 FROM projects WHERE project_id = \(project) FOR NO KEY UPDATE")
+            }
             var tokens: [String: String] = [:]
             for item in items {
                 let r = item.registration

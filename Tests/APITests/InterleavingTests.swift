@@ -431,6 +431,97 @@ struct InterleavingTests {
         }
     }
 
+    /// Two imports of one APNs token at once (an app server retrying after a time-out): another session holds the
+    /// project's row, both queue behind it, and the second finds what the first made. (Each used to look in a
+    /// snapshot without the other's and make an installation of its own: one device, two registrations.)
+    @Test func twoImportsOfOneAPNsTokenMakeOneRegistration() async throws {
+        try await Self.service { s in
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query("SELECT 1 FROM projects WHERE project_id = \(s.project.id) FOR NO KEY UPDATE")
+            let imports = (0..<2).map { _ in
+                Task {
+                    try await s.request(
+                        "POST", "/iid/v1:batchImport", headers: s.serverHeaders,
+                        json: ["application": "com.example.app", "apns_tokens": ["ABCDEF0123456789"]])
+                }
+            }
+            try await session.waitUntilBlocked(2)
+            try await session.execute("COMMIT")
+            var tokens: Set<String> = []
+            for i in imports {
+                let answer = try await i.value
+                #expect(answer.status == 200, "\(answer)")
+                tokens.insert(answer.json?["results"]?.arrayValue?.first?["registration_token"]?.stringValue ?? "")
+            }
+            #expect(tokens.count == 1, "\(tokens)")
+            let rows = try await s.pool.query(
+                "SELECT count(*)::int AS n FROM registrations WHERE lower(apns_token) = 'abcdef0123456789'")
+            #expect(try rows.first?.require("n", as: Int.self) == 1)
+        }
+    }
+
+    /// Enrolments of check-ins for one installation with one place left under its cap: another session holds the
+    /// installation's row, three queue behind it, and once it lets go exactly one is enrolled. (One statement's count
+    /// let all three pass together, past the cap.)
+    @Test func enrolmentsPastTheCapCountOneAfterAnother() async throws {
+        try await Self.service { s in
+            let i = try await s.createInstallation()
+            let installation = try #require(try await s.app.installations.find(project: s.project, fid: i.fid))
+            let checkins = s.app.services.checkins
+            let cap = CheckinService.maxEnrolledPerInstallation
+            for n in 0..<(cap - 1) {
+                _ = try await checkins.enroll(DeviceCheckin(androidID: 800_000 + UInt64(n), securityToken: 7), for: installation)
+            }
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN")
+            _ = try await session.query("SELECT 1 FROM installations WHERE fid = \(i.fid) FOR NO KEY UPDATE")
+            let enrolments = (0..<3).map { n in
+                Task {
+                    (try? await checkins.enroll(
+                        DeviceCheckin(androidID: 900_000 + UInt64(n), securityToken: 7), for: installation)) != nil
+                }
+            }
+            try await session.waitUntilBlocked(3)
+            try await session.execute("COMMIT")
+            var enrolled = 0
+            for e in enrolments where await e.value { enrolled += 1 }
+            #expect(enrolled == 1)
+            let rows = try await s.pool.query("SELECT count(*)::int AS n FROM checkins WHERE fid = \(i.fid)")
+            #expect(try rows.first?.require("n", as: Int.self) == cap)
+        }
+    }
+
+    /// A person's installation deleted by another request while the person's erasure waits for its row: the
+    /// deletion has removed the installation and waits (another session holds the deletions table), the erasure
+    /// queues behind it, and once both go on the person's receipt names that deletion too. (It was left out: the
+    /// receipt could say done while the installation's own deletion was still owed to its services.)
+    @Test func anErasureCountsAnInstallationDeletedWhileItWaited() async throws {
+        try await Self.service { s in
+            let i = try await s.createInstallation()
+            let base = "/v1/projects/\(s.project.id)"
+            #expect(
+                try await s.request(
+                    "PUT", "\(base)/installations/\(i.fid)/user", headers: s.serverHeaders, json: ["userId": "dana"]
+                ).status == 200)
+            let session = try await SecondSession(conninfo: s.conninfo)
+            try await session.execute("BEGIN; LOCK TABLE deletions IN EXCLUSIVE MODE")
+            let delete = Task {
+                try await s.request("DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
+            }
+            try await session.waitUntilBlocked(1)
+            let erase = Task { try await s.request("POST", "\(base)/users/dana:erase", headers: s.serverHeaders) }
+            try await session.waitUntilBlocked(2)
+            try await session.execute("COMMIT")
+            #expect(try await delete.value.status == 200)
+            let erased = try await erase.value
+            #expect(erased.status == 200, "\(erased)")
+            let members = try await s.pool.query(
+                "SELECT count(*)::int AS n FROM erasure_members WHERE project_id = \(s.project.id)")
+            #expect(try members.first?.require("n", as: Int.self) == 1)
+        }
+    }
+
     /// With every connection of a pool of 2 held, a request is answered 503 with `Retry-After` within the acquire
     /// time-out, and the held ones complete once the lock goes.
     @Test func anExhaustedPoolAnswers503Fast() async throws {
