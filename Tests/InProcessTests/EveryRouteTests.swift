@@ -14,7 +14,8 @@ struct EveryRouteTests {
             try await Self.exerciseEveryRoute(w)
             let answered = w.s.exchanges.routes(answered: 200...299)
             let table = Set(w.s.app.routeTable.map { "\($0.method) \($0.template)" })
-            #expect(table.subtracting(answered).sorted() == [], "routes with no in-process success")
+            #expect(
+                table.subtracting(answered).subtracting(Self.notServed).sorted() == [], "routes with no in-process success")
             #expect(table.count >= 45)
         }
     }
@@ -58,9 +59,17 @@ struct EveryRouteTests {
     }
 
     /// One success of each route, in an order where each finds what it needs.
+    /// FCM's send routes: answered 501 `UNIMPLEMENTED` whoever asks (a proxy that routed all of fcm.googleapis.com
+    /// here must not see a 404, which an admin SDK reads as an unregistered token).
+    static let notServed: Set<String> = ["POST /fcm/send", "POST /v1/projects/{project}/messages:send"]
+
     static func exerciseEveryRoute(_ w: World) async throws {
         let s = w.s
         let base = w.base
+        for path in ["\(base)/messages:send", "/fcm/send"] {
+            let refused = try await s.request("POST", path, headers: s.serverHeaders, json: ["message": ["token": "t"]])
+            #expect(refused.status == 501 && refused.json?["error"]?["status"]?.stringValue == "UNIMPLEMENTED", "\(refused)")
+        }
         // Ops.
         try await w.ok("GET", "/healthz")
         try await w.ok("GET", "/readyz")

@@ -19,6 +19,9 @@ struct FeedbackController: Sendable {
             .POST, "/v1/projects/{project}/feedback:gorush", .serverKey, audit: .resource("feedback.gorush", "feedback"),
             gorush)
         routes.add(.GET, "/v1/projects/{project}/hygiene", .serverKey, hygiene)
+        // FCM's send routes, for a proxy that routed all of fcm.googleapis.com here: this service sends nothing.
+        routes.add(.POST, "/v1/projects/{project}/messages:send", .anyone, notASender)
+        routes.add(.POST, "/fcm/send", .anyone, notASender)
         routes.add(
             .POST, "/v1/projects/{project}/hygiene/breakers/{channel}:clear", .serverKey,
             audit: .resource("hygiene.clearBreaker", "hygiene/breakers/{channel}"), clear)
@@ -164,6 +167,16 @@ struct FeedbackController: Sendable {
     // MARK: - Report and breakers
 
     /// `GET /v1/projects/{project}/hygiene`.
+    /// 501 `UNIMPLEMENTED`, never the 404 an unknown path gets: the admin SDKs read a send's `NOT_FOUND` as "the
+    /// token is not registered" (firebase-admin-node `messaging-errors-internal.ts`), and the pruning code that
+    /// follows deletes every token the backend holds. `UNIMPLEMENTED` is an unknown error there: nothing is pruned.
+    func notASender(_ context: RequestContext, _: Anyone) async throws -> HTTPResponse {
+        throw APIError(
+            501, "UNIMPLEMENTED",
+            "this registry does not send messages: route \(context.template) to fcm.googleapis.com, and only the "
+                + "topicSubscriptions paths of that host here")
+    }
+
     func hygiene(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let (feedback, project) = (feedback, caller.project)
         let report = try await reports.value(for: project.id) { try await feedback.report(project: project) }
