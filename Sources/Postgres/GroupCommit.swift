@@ -40,6 +40,10 @@ final class GroupCommitter: Sendable {
         case lead([Waiting])
         /// Run the statement alone, on a connection of its own: it waited ``queueTimeout`` (reads, ``Expiry/runAlone``).
         case alone
+        /// Run the statement alone, with the ordinary waits: it waited ``lockWait`` for a lock in its batch. At most
+        /// ``lockWaitersMax`` such writes wait at once (each holds a connection); beyond them a write fails as an
+        /// acquire that timed out does (503, retry).
+        case lockWaited
     }
 
     /// What becomes of a statement that waited ``queueTimeout`` in the queue.
@@ -90,8 +94,9 @@ final class GroupCommitter: Sendable {
 
     init(
         maxBatch: Int, batchesPerLane: Int, queueTimeout: Duration, separately: Bool = false, expiry: Expiry = .fail,
-        lockWait: Duration? = nil
+        lockWait: Duration? = nil, lockWaitersMax: Int = 4
     ) {
+        self.lockWaitersMax = max(1, lockWaitersMax)
         self.separately = separately
         self.lockWait = separately ? nil : lockWait
         self.expiry = expiry
@@ -123,6 +128,29 @@ final class GroupCommitter: Sendable {
             return try await lead(query, key: key, with: others, lane: lane, pool: pool).get()
         case .alone:
             return try await pool.query(query)
+        case .lockWaited:
+            return try await runAfterLockWait(query, pool: pool).get()
+        }
+    }
+
+    /// Writes running alone after their batch's lock wait (``Ticket/lockWaited``) now.
+    private let lockWaiters = Atomic<Int>(0)
+    /// At most this many of them at once: each holds a connection while it waits, and a lock held long (an import's
+    /// batch of thousands of installations) would otherwise have its installations' writes take the whole pool.
+    let lockWaitersMax: Int
+
+    private func runAfterLockWait(_ query: PostgresQuery, pool: PostgresPool) async -> Result<PostgresRows, PostgresError> {
+        lockWaitsAlone.add(1, ordering: .relaxed)
+        guard lockWaiters.add(1, ordering: .relaxed).newValue <= lockWaitersMax else {
+            lockWaiters.subtract(1, ordering: .relaxed)
+            return .failure(
+                PostgresError(.poolTimeout, message: "too many writes are waiting for locks other transactions hold"))
+        }
+        defer { lockWaiters.subtract(1, ordering: .relaxed) }
+        do {
+            return .success(try await pool.query(query))
+        } catch {
+            return .failure(error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)"))
         }
     }
 
@@ -142,11 +170,11 @@ final class GroupCommitter: Sendable {
     }
 
     /// Runs `ordered` as one transaction; their answers in that order. When one fails, the transaction rolled back
-    /// every statement: a statement stopped waiting for a lock is answered as such (it runs alone later) and the rest
-    /// run again as a batch; any other failure has each run again alone, for its own answer. Runs after the first
+    /// every statement: a statement stopped waiting for a lock is answered as such, with every other of its key (they
+    /// run alone later), and the rest run again as a batch; any other failure has each run again alone, for its own answer. Runs after the first
     /// wait at most ``rerunLockWait`` for a lock: a batch that holds many writes blocked on one tenant's lock costs
     /// the lane one ``lockWait`` and a few milliseconds each, not a ``lockWait`` each.
-    private func runBatch(_ ordered: [PostgresQuery], on connection: PostgresConnection) async throws
+    private func runBatch(_ ordered: [PostgresQuery], keys: [String], on connection: PostgresConnection) async throws
         -> [Result<PostgresRows, PostgresError>]
     {
         var outcomes = [Result<PostgresRows, PostgresError>?](repeating: nil, count: ordered.count)
@@ -173,8 +201,10 @@ final class GroupCommitter: Sendable {
                 break
             }
             if Self.waitedOnALock(results[failed]) {
-                outcomes[positions[failed]] = results[failed]
-                positions.remove(at: failed)
+                // Every write of that key leaves with it: they wait for the same row (one wait, not one each).
+                let key = keys[positions[failed]]
+                for position in positions where keys[position] == key { outcomes[position] = results[failed] }
+                positions.removeAll { keys[$0] == key }
                 continue
             }
             // Each runs again alone, its answer kept as it comes: a connection lost on a later one fails that one
@@ -228,7 +258,7 @@ final class GroupCommitter: Sendable {
                     statements.add(ordered.count, ordering: .relaxed)
                     return results
                 }
-                let results = try await runBatch(ordered, on: connection)
+                let results = try await runBatch(ordered, keys: order.map { keys[$0] }, on: connection)
                 var byArrival = results
                 for (position, index) in order.enumerated() { byArrival[index] = results[position] }
                 return byArrival
@@ -239,8 +269,7 @@ final class GroupCommitter: Sendable {
         }
         for (waiting, outcome) in zip(others, outcomes.dropFirst()) {
             if Self.waitedOnALock(outcome) {
-                lockWaitsAlone.add(1, ordering: .relaxed)
-                waiting.continuation.resume(returning: .alone)
+                waiting.continuation.resume(returning: .lockWaited)
             } else {
                 waiting.continuation.resume(returning: .done(outcome))
             }
@@ -258,12 +287,7 @@ final class GroupCommitter: Sendable {
         }
         if let first = next.first { first.continuation.resume(returning: .lead(Array(next.dropFirst()))) }
         guard Self.waitedOnALock(outcomes[0]) else { return outcomes[0] }
-        lockWaitsAlone.add(1, ordering: .relaxed)
-        do {
-            return .success(try await pool.query(query))
-        } catch {
-            return .failure(error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)"))
-        }
+        return await runAfterLockWait(query, pool: pool)
     }
 
     static var timeoutError: PostgresError {

@@ -76,7 +76,7 @@ public final class PostgresPool: Sendable {
         public var groupCommits = 0
         public var groupCommittedWrites = 0
         public var writesRetriedAlone = 0
-        /// Writes that left their batch after waiting 250 ms for a lock (a batch's `lock_timeout`), and ran alone.
+        /// Writes that left their batch after waiting ``Configuration/groupCommitLockWait`` for a lock, to run alone.
         public var writesLockWaitedAlone = 0
         /// Point reads queued for a batch now; since the pool opened, round trips of batched reads and the reads
         /// they carried (``PostgresPool/batchedRead(_:)``).
@@ -133,7 +133,8 @@ public final class PostgresPool: Sendable {
         self.configuration = configuration
         committer = GroupCommitter(
             maxBatch: configuration.groupCommitBatch, batchesPerLane: configuration.groupCommitsPerLoop,
-            queueTimeout: configuration.acquireTimeout, lockWait: configuration.groupCommitLockWait)
+            queueTimeout: configuration.acquireTimeout, lockWait: configuration.groupCommitLockWait,
+            lockWaitersMax: max(1, configuration.maxConnections / 4))
         reads = GroupCommitter(
             maxBatch: configuration.readBatch, batchesPerLane: configuration.groupCommitsPerLoop,
             queueTimeout: configuration.readQueueLimit, separately: true, expiry: .runAlone)

@@ -66,8 +66,11 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                     DELETE FROM event_outbox o USING gone WHERE o.project_id = gone.project_id AND o.fid = gone.fid),
                 -- The audit log keeps each entry and its keyed hash; the FID in clear goes, a bounded number of
                 -- entries a round (``scrubAudit``).
+                -- Only subjects with clear text in the log are queued (most deleted installations have none).
                 scrubs AS (
                     INSERT INTO audit_scrubs (project_id, digest, next_at) SELECT project_id, fid_hmac, \(now) FROM gone
+                    WHERE EXISTS (SELECT 1 FROM audit_log a WHERE a.project_id = gone.project_id AND a.subject
+                        AND a.target_digest = gone.fid_hmac AND a.target IS NOT NULL)
                     ON CONFLICT DO NOTHING)
                 SELECT count(*)::int AS n FROM gone
                 """)
@@ -87,6 +90,8 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                           WHERE m.project_id = e.project_id AND m.erasure_id = e.erasure_id)
                 ), scrubs AS (
                     INSERT INTO audit_scrubs (project_id, digest, next_at) SELECT project_id, user_hmac, \(now) FROM due
+                    WHERE EXISTS (SELECT 1 FROM audit_log a WHERE a.project_id = due.project_id AND a.subject
+                        AND a.target_digest = due.user_hmac AND a.target IS NOT NULL)
                     ON CONFLICT DO NOTHING
                 )
                 UPDATE erasures e SET scrubbed_at = \(now) FROM due

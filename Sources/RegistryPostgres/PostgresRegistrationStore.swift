@@ -85,14 +85,27 @@ struct PostgresRegistrationStore: RegistrationStore {
             == 1
     }
 
+    /// The advisory-lock class of APNs imports: the two-key form, a lock space of its own beside the one-key person
+    /// locks.
+    static let apnsImportLockClass: Int32 = 0x4150_4e53
+
+    /// Takes the transaction's locks of `tokens` (by their project and lower-case text) in ascending order.
+    static func apnsImportLocks(projectID: String, tokens: [String]) -> PostgresQuery {
+        """
+        SELECT pg_advisory_xact_lock(\(Int(apnsImportLockClass))::int, h) FROM (
+            SELECT DISTINCT hashtext(\(projectID) || '/' || lower(t)) AS h FROM unnest(\(TextArray(tokens))::text[]) t
+            ORDER BY 1) x
+        """
+    }
+
     func importAPNs(_ items: [APNsImport], initialConsent: Bool, create: Bool) async throws -> [String: String] {
         guard !items.isEmpty else { return [:] }
         return try await db.transaction { c in
-            // A project's imports one at a time (the project's row, which nothing else of a request takes this way):
-            // each looks for the APNs tokens in a snapshot after the one before it committed. Two imports of one token
-            // at once (a retried call) each found none and made an installation each.
+            // Each APNs token's lock, in one order (``apnsImportLocks``): two imports of one token at once (a retried
+            // call) each found none and made an installation each; now the second looks in a snapshot after the
+            // first committed. Imports of other tokens do not wait (a hash that collides only makes two wait).
             if let project = items.first?.registration.projectID {
-                try await c.query("SELECT 1 FROM projects WHERE project_id = \(project) FOR NO KEY UPDATE")
+                try await c.query(Self.apnsImportLocks(projectID: project, tokens: items.map(\.apnsToken)))
             }
             var tokens: [String: String] = [:]
             for item in items {

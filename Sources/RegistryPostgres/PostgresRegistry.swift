@@ -12,6 +12,11 @@ public enum PostgresRegistry {
         (Int32(PostgresUserStore.lockClass), PostgresUserStore.lockKey(userHash))
     }
 
+    /// The locks an APNs import takes for `tokens` (a test's second session takes them to make imports queue).
+    public static func apnsImportLocks(projectID: String, tokens: [String]) -> PostgresQuery {
+        PostgresRegistrationStore.apnsImportLocks(projectID: projectID, tokens: tokens)
+    }
+
     /// The pool the stores share.
     ///
     /// - Parameters:

@@ -166,7 +166,6 @@ struct FeedbackController: Sendable {
 
     // MARK: - Report and breakers
 
-    /// `GET /v1/projects/{project}/hygiene`.
     /// 501 `UNIMPLEMENTED`, never the 404 an unknown path gets: the admin SDKs read a send's `NOT_FOUND` as "the
     /// token is not registered" (firebase-admin-node `messaging-errors-internal.ts`), and the pruning code that
     /// follows deletes every token the backend holds. `UNIMPLEMENTED` is an unknown error there: nothing is pruned.
@@ -177,6 +176,7 @@ struct FeedbackController: Sendable {
                 + "topicSubscriptions paths of that host here")
     }
 
+    /// `GET /v1/projects/{project}/hygiene`.
     func hygiene(_ context: RequestContext, _ caller: ServerCaller) async throws -> HTTPResponse {
         let (feedback, project) = (feedback, caller.project)
         let report = try await reports.value(for: project.id) { try await feedback.report(project: project) }
