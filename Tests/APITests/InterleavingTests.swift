@@ -17,6 +17,20 @@ struct InterleavingTests {
         try await TestService.with(configure: { $0.databaseBatchLockWaitMillis = 0 }, body)
     }
 
+    /// A server deletion of `fid` that stops after it has removed the installation, before it commits: the second
+    /// session returned holds the deletions table until it commits.
+    static func deletionHeldAfterItsDelete(_ s: TestService, _ fid: String) async throws
+        -> (SecondSession, Task<Reply, any Error>)
+    {
+        let session = try await SecondSession(conninfo: s.conninfo)
+        try await session.execute("BEGIN; LOCK TABLE deletions IN EXCLUSIVE MODE")
+        let delete = Task {
+            try await s.request("DELETE", "/v1/project/\(s.project.id)/instanceId/\(fid)", headers: s.serverHeaders)
+        }
+        try await session.waitUntilBlocked(1)
+        return (session, delete)
+    }
+
     static func fis(_ i: CreatedInstallationReply) -> [String: String] {
         ["x-goog-firebase-installations-auth": "FIS \(i.authToken)"]
     }
@@ -358,14 +372,7 @@ struct InterleavingTests {
     @Test func aDeletedFIDNeverComesBack() async throws {
         try await Self.service { s in
             let i = try await s.createInstallation()
-            let session = try await SecondSession(conninfo: s.conninfo)
-            // The deletion stops after it has removed the installation, before it commits.
-            try await session.execute("BEGIN; LOCK TABLE deletions IN EXCLUSIVE MODE")
-            let delete = Task {
-                try await s.request(
-                    "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
-            }
-            try await session.waitUntilBlocked(1)
+            let (session, delete) = try await Self.deletionHeldAfterItsDelete(s, i.fid)
             let create = Task { try await s.createInstallation(fid: i.fid) }
             try await session.waitUntilBlocked(2)
             try await session.execute("COMMIT")
@@ -402,13 +409,7 @@ struct InterleavingTests {
             record.consentTime = seen
             record.messagingConsent = true
             record.topics = [TopicSubscription(topic: "news", createdAt: seen)]
-            let session = try await SecondSession(conninfo: s.conninfo)
-            try await session.execute("BEGIN; LOCK TABLE deletions IN EXCLUSIVE MODE")
-            let delete = Task {
-                try await s.request(
-                    "DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
-            }
-            try await session.waitUntilBlocked(1)
+            let (session, delete) = try await Self.deletionHeldAfterItsDelete(s, i.fid)
             let services = s.app.services
             let project = s.project
             let imported = Task {
@@ -506,12 +507,7 @@ struct InterleavingTests {
                 try await s.request(
                     "PUT", "\(base)/installations/\(i.fid)/user", headers: s.serverHeaders, json: ["userId": "dana"]
                 ).status == 200)
-            let session = try await SecondSession(conninfo: s.conninfo)
-            try await session.execute("BEGIN; LOCK TABLE deletions IN EXCLUSIVE MODE")
-            let delete = Task {
-                try await s.request("DELETE", "/v1/project/\(s.project.id)/instanceId/\(i.fid)", headers: s.serverHeaders)
-            }
-            try await session.waitUntilBlocked(1)
+            let (session, delete) = try await Self.deletionHeldAfterItsDelete(s, i.fid)
             let erase = Task { try await s.request("POST", "\(base)/users/dana:erase", headers: s.serverHeaders) }
             try await session.waitUntilBlocked(2)
             try await session.execute("COMMIT")
