@@ -99,6 +99,7 @@ final class GroupCommitter: Sendable {
         self.lockWaitersMax = max(1, lockWaitersMax)
         self.separately = separately
         self.lockWait = separately ? nil : lockWait
+        lockBounds = self.lockWait.map { (Self.lockBound($0), Self.lockBound($0 / 10)) }
         self.expiry = expiry
         self.maxBatch = max(1, maxBatch)
         self.batchesPerLane = max(1, batchesPerLane)
@@ -150,51 +151,51 @@ final class GroupCommitter: Sendable {
         do {
             return .success(try await pool.query(query))
         } catch {
-            return .failure(error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)"))
+            return .failure(PostgresError.from(error))
         }
     }
 
-    /// How long a statement run again after its batch failed may wait for a lock (a tenth of ``lockWait``).
-    private var rerunLockWait: Duration? { lockWait.map { $0 / 10 } }
+    /// `lock_timeout` for a batch's transaction (``lockWait``), and for a run after its batch failed (a tenth of it).
+    private let lockBounds: (first: PostgresQuery, rerun: PostgresQuery)?
 
-    /// The statements in one pipeline (one transaction), after `lock_timeout` for that transaction when `lockWait`
-    /// is set; their answers.
-    private func pipeline(_ statements: [PostgresQuery], lockWait: Duration?, on connection: PostgresConnection)
+    private static func lockBound(_ wait: Duration) -> PostgresQuery {
+        "SELECT set_config('lock_timeout', \(String(wait.postgresMillis) + "ms"), true)"
+    }
+
+    /// The statements in one pipeline (one transaction), after `bound` when there is one; their answers.
+    private func pipeline(_ statements: [PostgresQuery], bound: PostgresQuery?, on connection: PostgresConnection)
         async throws -> [Result<PostgresRows, PostgresError>]
     {
-        guard let lockWait else { return try await connection.pipeline(statements) }
-        let (seconds, attoseconds) = lockWait.components
-        let millis = max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
-        let bound: PostgresQuery = "SELECT set_config('lock_timeout', \(String(millis) + "ms"), true)"
+        guard let bound else { return try await connection.pipeline(statements) }
         return Array(try await connection.pipeline([bound] + statements).dropFirst())
     }
 
     /// Runs `ordered` as one transaction; their answers in that order. When one fails, the transaction rolled back
     /// every statement: a statement stopped waiting for a lock is answered as such, with every other of its key (they
-    /// run alone later), and the rest run again as a batch; any other failure has each run again alone, for its own answer. Runs after the first
-    /// wait at most ``rerunLockWait`` for a lock: a batch that holds many writes blocked on one tenant's lock costs
-    /// the lane one ``lockWait`` and a few milliseconds each, not a ``lockWait`` each.
+    /// run alone later), and the rest run again as a batch; any other failure has each run again alone, for its own
+    /// answer. Runs after the first wait a tenth of ``lockWait`` for a lock: a batch that holds many writes blocked on
+    /// one tenant's lock costs the lane one ``lockWait`` and a few milliseconds each, not a ``lockWait`` each.
     private func runBatch(_ ordered: [PostgresQuery], keys: [String], on connection: PostgresConnection) async throws
         -> [Result<PostgresRows, PostgresError>]
     {
         var outcomes = [Result<PostgresRows, PostgresError>?](repeating: nil, count: ordered.count)
         var positions = Array(ordered.indices)
-        var wait = lockWait
+        var bound = lockBounds?.first
         var first = true
         while !positions.isEmpty {
             let results: [Result<PostgresRows, PostgresError>]
             do {
-                results = try await pipeline(positions.map { ordered[$0] }, lockWait: wait, on: connection)
+                results = try await pipeline(positions.map { ordered[$0] }, bound: bound, on: connection)
             } catch where !first {
                 // Lost while running again: those already answered keep their answers (none of them committed).
-                let failure = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+                let failure = PostgresError.from(error)
                 for position in positions { outcomes[position] = .failure(failure) }
                 break
             }
             transactions.add(1, ordering: .relaxed)
             if first { statements.add(ordered.count, ordering: .relaxed) }
             first = false
-            wait = rerunLockWait
+            bound = lockBounds?.rerun
             guard positions.count > 1, let failed = results.firstIndex(where: { if case .failure = $0 { true } else { false } })
             else {
                 for (position, result) in zip(positions, results) { outcomes[position] = result }
@@ -213,9 +214,9 @@ final class GroupCommitter: Sendable {
             transactions.add(positions.count, ordering: .relaxed)
             for (n, position) in positions.enumerated() {
                 do {
-                    outcomes[position] = try await pipeline([ordered[position]], lockWait: wait, on: connection)[0]
+                    outcomes[position] = try await pipeline([ordered[position]], bound: bound, on: connection)[0]
                 } catch {
-                    let failure = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+                    let failure = PostgresError.from(error)
                     for later in positions[n...] { outcomes[later] = .failure(failure) }
                     break
                 }
@@ -264,7 +265,7 @@ final class GroupCommitter: Sendable {
                 return byArrival
             }
         } catch {
-            let failure = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+            let failure = PostgresError.from(error)
             outcomes = Array(repeating: .failure(failure), count: queries.count)
         }
         for (waiting, outcome) in zip(others, outcomes.dropFirst()) {

@@ -52,3 +52,10 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     /// `lock_timeout` ran out (or `NOWAIT` found the lock taken).
     public static let lockNotAvailable = "55P03"
 }
+
+extension PostgresError {
+    /// `error` as a ``PostgresError``: itself, or a lost connection that names it.
+    static func from(_ error: any Error) -> PostgresError {
+        error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+    }
+}

@@ -54,11 +54,7 @@ public final class PostgresPool: Sendable {
         }
 
         var session: PostgresConnection.SessionSettings {
-            let millis = statementTimeout.map { timeout -> Int in
-                let (seconds, attoseconds) = timeout.components
-                return Int(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))
-            }
-            return .init(statementTimeoutMillis: millis, transactionPooled: transactionPooled)
+            .init(statementTimeoutMillis: statementTimeout?.postgresMillis, transactionPooled: transactionPooled)
         }
     }
 
@@ -332,7 +328,7 @@ public final class PostgresPool: Sendable {
             state.withLock { $0.machine.opened() }
             return connection
         } catch {
-            let error = error as? PostgresError ?? PostgresError(.connectionFailed, message: "\(error)")
+            let error = PostgresError.from(error)
             let failed = state.withLock { s in s.machine.openFailed(error, at: .now).compactMap { s.take($0) } }
             for (continuation, result) in failed { continuation.resume(with: result) }
             throw error
@@ -347,5 +343,13 @@ public final class PostgresPool: Sendable {
             s.machine.release(connection, returned, at: .now).flatMap { s.take($0) }
         }
         if let (continuation, result) = handOff { continuation.resume(with: result) }
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, at least 1: what PostgreSQL's time-out settings take.
+    var postgresMillis: Int {
+        let (seconds, attoseconds) = components
+        return Int(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))
     }
 }

@@ -69,8 +69,7 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                 -- Only subjects with clear text in the log are queued (most deleted installations have none).
                 scrubs AS (
                     INSERT INTO audit_scrubs (project_id, digest, next_at) SELECT project_id, fid_hmac, \(now) FROM gone
-                    WHERE EXISTS (SELECT 1 FROM audit_log a WHERE a.project_id = gone.project_id AND a.subject
-                        AND a.target_digest = gone.fid_hmac AND a.target IS NOT NULL)
+                    WHERE \(unsafeSQL: Self.hasClearText("gone.project_id", "gone.fid_hmac"))
                     ON CONFLICT DO NOTHING)
                 SELECT count(*)::int AS n FROM gone
                 """)
@@ -90,8 +89,7 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                           WHERE m.project_id = e.project_id AND m.erasure_id = e.erasure_id)
                 ), scrubs AS (
                     INSERT INTO audit_scrubs (project_id, digest, next_at) SELECT project_id, user_hmac, \(now) FROM due
-                    WHERE EXISTS (SELECT 1 FROM audit_log a WHERE a.project_id = due.project_id AND a.subject
-                        AND a.target_digest = due.user_hmac AND a.target IS NOT NULL)
+                    WHERE \(unsafeSQL: Self.hasClearText("due.project_id", "due.user_hmac"))
                     ON CONFLICT DO NOTHING
                 )
                 UPDATE erasures e SET scrubbed_at = \(now) FROM due
@@ -118,6 +116,15 @@ struct PostgresMaintenanceStore: MaintenanceStore {
     /// Subjects looked at a round: queued ones with no entries left cost an index probe each.
     static let scrubbedSubjects = 5_000
 
+    /// Whether the audit log still names the subject (`project`, `digest`: SQL expressions) in clear: an index probe
+    /// of `audit_log_subject`.
+    static func hasClearText(_ project: String, _ digest: String) -> String {
+        """
+        EXISTS (SELECT 1 FROM audit_log a WHERE a.project_id = \(project) AND a.subject AND a.target_digest = \(digest)
+            AND a.target IS NOT NULL)
+        """
+    }
+
     static func scrubAudit(at now: Date, on c: PostgresConnection) async throws {
         let due = """
             SELECT project_id, digest FROM audit_scrubs ORDER BY next_at, project_id, digest
@@ -140,27 +147,25 @@ struct PostgresMaintenanceStore: MaintenanceStore {
                         WHERE a.project_id = entries.project_id AND a.seq = entries.seq
                         RETURNING a.project_id, a.target_digest
                     )
-                    SELECT DISTINCT project_id, target_digest FROM cleared
+                    SELECT DISTINCT project_id, target_digest::text AS digest FROM cleared
                     """, binds: []))
         // This transaction sees its own clearing: the subjects looked at with nothing left leave the queue.
         try await c.query(
             PostgresQuery(
                 unsafeSQL: """
                     DELETE FROM audit_scrubs s WHERE (s.project_id, s.digest) IN (\(due))
-                      AND NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.project_id = s.project_id AND a.subject
-                          AND a.target_digest = s.digest AND a.target IS NOT NULL)
+                      AND NOT \(hasClearText("s.project_id", "s.digest"))
                     """, binds: []))
         guard !touched.isEmpty else { return }
         // Those with entries left go behind every subject queued until now.
+        // (Digests travel as bytea's text form, `\x…`, and are read back by its cast.)
         let projects = try touched.map { try $0.require("project_id", as: String.self) }
-        let digests = try touched.map { row in
-            try row.require("target_digest", as: ByteA.self).bytes.map { String(format: "%02x", $0) }.joined()
-        }
+        let digests = try touched.map { try $0.require("digest", as: String.self) }
         try await c.query(
             """
             UPDATE audit_scrubs s SET next_at = \(now)::timestamptz + interval '1 millisecond'
             FROM unnest(\(TextArray(projects))::text[], \(TextArray(digests))::text[]) AS t(project_id, digest)
-            WHERE s.project_id = t.project_id AND s.digest = decode(t.digest, 'hex')
+            WHERE s.project_id = t.project_id AND s.digest = t.digest::bytea
             """)
     }
 
