@@ -29,6 +29,9 @@ public struct Configuration: Sendable {
     /// How long a write in a group-committed batch waits for a lock before it leaves the batch and runs alone on a
     /// connection of its own (0: as long as the statement time-out allows, holding the batch).
     public var databaseBatchLockWaitMillis = 250
+    /// The most pool connections one project's requests hold at once (0: a quarter of the pool, at least one): a
+    /// project whose requests queue on its own row locks holds this many, never the pool (docs/security.md class 27).
+    public var databaseProjectShare = 0
     /// At most this many concurrent point reads (an installation, registration, check-in or consent decision by its
     /// key) sent in one round trip; 1: each alone.
     public var databaseReadBatchMax = 64
@@ -136,6 +139,7 @@ public struct Configuration: Sendable {
         c.databaseGroupCommitMax = try reader.int("DB_GROUP_COMMIT_MAX", default: 64, range: 1...1000)
         c.databaseReadBatchMax = try reader.int("DB_READ_BATCH_MAX", default: 64, range: 1...1000)
         c.databaseBatchLockWaitMillis = try reader.int("DB_BATCH_LOCK_WAIT_MS", default: 250, range: 0...60_000)
+        c.databaseProjectShare = try reader.int("DB_POOL_PROJECT_SHARE", default: 0, range: 0...1000)
         c.databaseStatementTimeoutMillis = try reader.int(
             "DB_STATEMENT_TIMEOUT_MS", default: 30_000, range: 0...86_400_000)
         switch env["DATABASE_POOLER"] ?? "none" {

@@ -57,12 +57,19 @@ public struct Principal<Caller: Sendable>: Sendable {
     }
 }
 
+/// A caller that works for one project: the connections its request holds count against that project's share of the
+/// pool (``Tenant``), set once the caller is resolved (``Routes``).
+protocol ProjectCaller: Sendable {
+    /// The project, or nil when the caller belongs to none yet.
+    var tenant: String? { get }
+}
+
 /// A caller that showed no credential.
 public struct Anyone: Sendable {}
 
 /// An app of the path's project, by the API key it sent: every app that holds the key (Firebase's keys are one a
 /// platform, shipped by each app of it).
-public struct AppCaller: Sendable {
+public struct AppCaller: ProjectCaller {
     public let project: Project
     public let apiKey: String
     /// The key's apps, in app ID order (never empty).
@@ -70,34 +77,48 @@ public struct AppCaller: Sendable {
 }
 
 /// An installation of the path's project, by its refresh token or auth token.
-public struct InstallationCaller: Sendable {
+public struct InstallationCaller: ProjectCaller {
     public let project: Project
     public let installation: Installation
 }
 
 /// An app backend, by a server credential of `project`; `actor` names the credential (``AuditedCaller``).
-public struct ServerCaller: Sendable {
+public struct ServerCaller: ProjectCaller {
     public let project: Project
     public let actor: String
 }
 
 /// A linked service of the path's project, by its signature.
-public struct ServiceCaller: Sendable {
+public struct ServiceCaller: ProjectCaller {
     public let project: Project
     public let signed: SignedByService
 }
 
 /// A device, by the check-in it was given, and the installation whose auth token it sent along, if any.
-public struct CheckinCaller: Sendable {
+public struct CheckinCaller: ProjectCaller {
     public let checkin: StoredCheckin
     public let installation: InstallationCaller?
+
+    var tenant: String? { installation?.project.id ?? checkin.projectID }
 }
 
 /// One of two principals, whichever the request chose (``Principal/either(_:when:otherwise:)``).
-public enum OneOf<First: Sendable, Second: Sendable>: Sendable {
+public enum OneOf<First: Sendable, Second: Sendable>: ProjectCaller {
     case first(First)
     case second(Second)
+
+    var tenant: String? {
+        switch self {
+        case let .first(caller): (caller as? any ProjectCaller)?.tenant
+        case let .second(caller): (caller as? any ProjectCaller)?.tenant
+        }
+    }
 }
+
+extension AppCaller { var tenant: String? { project.id } }
+extension InstallationCaller { var tenant: String? { project.id } }
+extension ServerCaller { var tenant: String? { project.id } }
+extension ServiceCaller { var tenant: String? { project.id } }
 
 extension Principal where Caller == Anyone {
     /// No credential needed.

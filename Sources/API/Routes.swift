@@ -116,7 +116,12 @@ public struct Routes: Sendable {
                 method: method.rawValue, template: template, credentials: principal.credentials, browser: browser,
                 immediate: false, errors: errors, audit: audit, admit: admit,
                 run: { environment, context in
-                    try await run(environment, context, try await principal.resolve(environment.auth, context))
+                    let caller = try await principal.resolve(environment.auth, context)
+                    // From here the request works for the caller's project: its connections count against its share.
+                    guard let tenant = (caller as? any ProjectCaller)?.tenant else {
+                        return try await run(environment, context, caller)
+                    }
+                    return try await Tenant.$current.withValue(tenant) { try await run(environment, context, caller) }
                 },
                 runImmediately: nil))
     }

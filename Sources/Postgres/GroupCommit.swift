@@ -106,10 +106,14 @@ final class GroupCommitter: Sendable {
         self.queueTimeout = queueTimeout
     }
 
-    func run(_ query: PostgresQuery, key: String, on pool: PostgresPool) async throws -> PostgresRows {
+    /// `tenant` is counted when the statement runs on a connection of its own (``Ticket/alone``,
+    /// ``Ticket/lockWaited``); a batch is no tenant's.
+    func run(_ query: PostgresQuery, key: String, tenant: String?, on pool: PostgresPool) async throws -> PostgresRows {
         let lane = pool.loops.current.map { ObjectIdentifier($0) }
         // A free slot: lead at once, with no continuation made and resumed on the way.
-        if state.withLock({ claimSlot(&$0, lane) }) { return try await lead(query, key: key, with: [], lane: lane, pool: pool).get() }
+        if state.withLock({ claimSlot(&$0, lane) }) {
+            return try await lead(query, key: key, tenant: tenant, with: [], lane: lane, pool: pool).get()
+        }
         let ticket = await withCheckedContinuation { (continuation: CheckedContinuation<Ticket, Never>) in
             let (leads, startReaper) = state.withLock { s -> (Bool, Bool) in
                 if claimSlot(&s, lane) { return (true, false) }
@@ -126,30 +130,43 @@ final class GroupCommitter: Sendable {
         case let .done(outcome):
             return try outcome.get()
         case let .lead(others):
-            return try await lead(query, key: key, with: others, lane: lane, pool: pool).get()
+            return try await lead(query, key: key, tenant: tenant, with: others, lane: lane, pool: pool).get()
         case .alone:
-            return try await pool.query(query)
+            return try await pool.query(query, tenant: tenant)
         case .lockWaited:
-            return try await runAfterLockWait(query, pool: pool).get()
+            return try await runAfterLockWait(query, tenant: tenant, pool: pool).get()
         }
     }
 
-    /// Writes running alone after their batch's lock wait (``Ticket/lockWaited``) now.
-    private let lockWaiters = Atomic<Int>(0)
-    /// At most this many of them at once: each holds a connection while it waits, and a lock held long (an import's
-    /// batch of thousands of installations) would otherwise have its installations' writes take the whole pool.
+    /// Writes running alone after their batch's lock wait (``Ticket/lockWaited``) now, by tenant ("" for none).
+    private let lockWaiters = Mutex<[String: Int]>([:])
+    /// At most this many of one tenant's at once: each holds a connection while it waits, and a lock held long (an
+    /// import's batch of thousands of installations) would otherwise have its installations' writes take the pool.
+    /// Counted by tenant, so one tenant's writes waiting on its own locks never refuse another's.
     let lockWaitersMax: Int
 
-    private func runAfterLockWait(_ query: PostgresQuery, pool: PostgresPool) async -> Result<PostgresRows, PostgresError> {
+    private func runAfterLockWait(_ query: PostgresQuery, tenant: String?, pool: PostgresPool) async
+        -> Result<PostgresRows, PostgresError>
+    {
         lockWaitsAlone.add(1, ordering: .relaxed)
-        guard lockWaiters.add(1, ordering: .relaxed).newValue <= lockWaitersMax else {
-            lockWaiters.subtract(1, ordering: .relaxed)
+        let counted = tenant ?? ""
+        let admitted = lockWaiters.withLock { waiters in
+            guard waiters[counted, default: 0] < lockWaitersMax else { return false }
+            waiters[counted, default: 0] += 1
+            return true
+        }
+        guard admitted else {
             return .failure(
                 PostgresError(.poolTimeout, message: "too many writes are waiting for locks other transactions hold"))
         }
-        defer { lockWaiters.subtract(1, ordering: .relaxed) }
+        defer {
+            lockWaiters.withLock { waiters in
+                let left = waiters[counted, default: 1] - 1
+                waiters[counted] = left > 0 ? left : nil
+            }
+        }
         do {
-            return .success(try await pool.query(query))
+            return .success(try await pool.query(query, tenant: tenant))
         } catch {
             return .failure(PostgresError.from(error))
         }
@@ -242,7 +259,8 @@ final class GroupCommitter: Sendable {
     /// Runs the caller's statement with `others` as one batch, answers the others, and hands the lane's next batch
     /// to the first write waiting (or frees the slot).
     private func lead(
-        _ query: PostgresQuery, key: String, with others: [Waiting], lane: ObjectIdentifier?, pool: PostgresPool
+        _ query: PostgresQuery, key: String, tenant: String?, with others: [Waiting], lane: ObjectIdentifier?,
+        pool: PostgresPool
     ) async -> Result<PostgresRows, PostgresError> {
         // Index 0 is the leader's own statement.
         var order = Array(0...others.count)
@@ -288,7 +306,7 @@ final class GroupCommitter: Sendable {
         }
         if let first = next.first { first.continuation.resume(returning: .lead(Array(next.dropFirst()))) }
         guard Self.waitedOnALock(outcomes[0]) else { return outcomes[0] }
-        return await runAfterLockWait(query, pool: pool)
+        return await runAfterLockWait(query, tenant: tenant, pool: pool)
     }
 
     static var timeoutError: PostgresError {

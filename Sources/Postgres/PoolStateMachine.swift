@@ -4,6 +4,12 @@
 ///
 /// Every waiter is identified by a number the caller picks before it asks; a cancellation or time-out that arrives
 /// before the waiter is registered is remembered, so the request fails instead of waiting.
+///
+/// A caller may name its tenant (a project): a tenant holds at most ``tenantShare`` connections at once, leased or
+/// being opened, and its callers beyond that wait apart (parked), never in front of another tenant's. So a tenant
+/// whose transactions queue on its own row locks, each holding its connection until the lock or the statement
+/// time-out, holds its share of the pool and not the rest: the others' callers are served as connections come back
+/// (docs/security.md, class 27). Callers with no tenant (group commit's batches, the jobs) are not counted.
 public struct PoolStateMachine<Connection> {
     public enum AcquireAction {
         /// Use this idle connection.
@@ -26,21 +32,42 @@ public struct PoolStateMachine<Connection> {
     }
 
     public let maxConnections: Int
+    /// The most connections one tenant holds at once.
+    public let tenantShare: Int
     private(set) var idle: [Connection] = []
     /// Connections leased or being opened, plus idle ones.
     private(set) var total = 0
+    /// Callers waiting to be served, in arrival order (their numbers increase).
     private(set) var waiters: [UInt64] = []
+    /// The tenant of each waiter that named one.
+    private var waiterTenants: [UInt64: String] = [:]
+    /// Waiters whose tenant holds its share, by tenant, in arrival order: served only when the tenant gives one back.
+    private var parked: [String: [UInt64]] = [:]
+    /// Connections each tenant holds (leased or being opened); a tenant holding none is absent.
+    private(set) var held: [String: Int] = [:]
     private var abandoned: Set<UInt64> = []
     private(set) var isClosed = false
     private var backoff: Duration = .zero
     private var retryAfter: ContinuousClock.Instant?
     private var lastError: PostgresError?
 
-    public init(maxConnections: Int) { self.maxConnections = max(1, maxConnections) }
+    public init(maxConnections: Int, tenantShare: Int? = nil) {
+        self.maxConnections = max(1, maxConnections)
+        self.tenantShare = max(1, min(tenantShare ?? self.maxConnections, self.maxConnections))
+    }
 
     public var inUse: Int { total - idle.count }
     public var idleCount: Int { idle.count }
-    public var waiting: Int { waiters.count }
+    public var waiting: Int { waiters.count + parked.values.reduce(0) { $0 + $1.count } }
+
+    /// The connections `tenant` holds (leased or being opened).
+    public func holding(_ tenant: String) -> Int { held[tenant, default: 0] }
+
+    /// Whether `tenant` holds its share: its next caller waits, whatever is free.
+    public func holdsShare(_ tenant: String?) -> Bool {
+        guard let tenant else { return false }
+        return held[tenant, default: 0] >= tenantShare
+    }
 
     static var closedError: PostgresError { PostgresError(.connectionFailed, message: "the connection pool is closed") }
     static var timeoutError: PostgresError {
@@ -49,23 +76,83 @@ public struct PoolStateMachine<Connection> {
 
     /// A caller (`id`) asks for a connection at `now`. It gets an idle connection it `prefers` (one on its own event
     /// loop) if there is one, else a new one while there is room, else any idle one, else it waits.
+    /// A tenant past its share waits, parked, whatever is free.
     public mutating func acquire(
-        _ id: UInt64, at now: ContinuousClock.Instant, prefers: (Connection) -> Bool = { _ in true }
+        _ id: UInt64, tenant: String? = nil, at now: ContinuousClock.Instant,
+        prefers: (Connection) -> Bool = { _ in true }
     ) -> AcquireAction {
         if abandoned.remove(id) != nil { return .cancelled }
         if isClosed { return .fail(Self.closedError) }
-        if let index = idle.lastIndex(where: prefers) { return .lease(idle.remove(at: index)) }
+        if let tenant, holdsShare(tenant) {
+            waiterTenants[id] = tenant
+            parked[tenant, default: []].append(id)
+            return .wait
+        }
+        if let index = idle.lastIndex(where: prefers) {
+            take(for: tenant)
+            return .lease(idle.remove(at: index))
+        }
         let backingOff = retryAfter.map { now < $0 } ?? false
         if total < maxConnections && !backingOff {
             total += 1
+            take(for: tenant)
             return .open
         }
-        if let connection = idle.popLast() { return .lease(connection) }
+        if let connection = idle.popLast() {
+            take(for: tenant)
+            return .lease(connection)
+        }
         if total < maxConnections {
             return .fail(lastError ?? PostgresError(.connectionFailed, message: "database unavailable"))
         }
+        if let tenant { waiterTenants[id] = tenant }
         waiters.append(id)
         return .wait
+    }
+
+    private mutating func take(for tenant: String?) {
+        if let tenant { held[tenant, default: 0] += 1 }
+    }
+
+    /// `tenant` gives a connection back (or a slot it failed to open).
+    private mutating func give(for tenant: String?) {
+        guard let tenant, let count = held[tenant] else { return }
+        held[tenant] = count > 1 ? count - 1 : nil
+    }
+
+    /// The first waiter, by arrival, that may be served now, taken out (and counted for its tenant). A waiter whose
+    /// tenant came to hold its share while it waited is parked on the way. The parked callers of a tenant below its
+    /// share compete by arrival too: few tenants have parked callers (only one that held its share parks them, and at
+    /// most `maxConnections / tenantShare` hold theirs at once).
+    private mutating func nextServable() -> UInt64? {
+        while true {
+            var best: (id: UInt64, tenant: String?)? = waiters.first.map { ($0, waiterTenants[$0]) }
+            for (tenant, queue) in parked where !holdsShare(tenant) {
+                if let head = queue.first, best.map({ head < $0.id }) ?? true { best = (head, tenant) }
+            }
+            guard let (id, tenant) = best else { return nil }
+            if let tenant, holdsShare(tenant) {
+                // The head of the queue, whose tenant holds its share now: parked, then look again.
+                waiters.removeFirst()
+                var queue = parked[tenant, default: []]
+                queue.insert(id, at: queue.insertionIndex(of: id))
+                parked[tenant] = queue
+                continue
+            }
+            if let tenant {
+                if waiters.first == id {
+                    waiters.removeFirst()
+                } else {
+                    parked[tenant]!.removeFirst()
+                    if parked[tenant]!.isEmpty { parked[tenant] = nil }
+                }
+                waiterTenants[id] = nil
+                held[tenant, default: 0] += 1
+            } else {
+                waiters.removeFirst()
+            }
+            return id
+        }
     }
 
     /// The caller's time ran out. True when it was still waiting (fail it with ``timeoutError``).
@@ -84,8 +171,14 @@ public struct PoolStateMachine<Connection> {
     public mutating func served(_ id: UInt64) { abandoned.remove(id) }
 
     private mutating func removeWaiter(_ id: UInt64) -> Bool {
-        guard let index = waiters.firstIndex(of: id) else { return false }
-        waiters.remove(at: index)
+        let tenant = waiterTenants.removeValue(forKey: id)
+        if let index = waiters.firstIndex(of: id) {
+            waiters.remove(at: index)
+            return true
+        }
+        guard let tenant, var queue = parked[tenant], let index = queue.firstIndex(of: id) else { return false }
+        queue.remove(at: index)
+        parked[tenant] = queue.isEmpty ? nil : queue
         return true
     }
 
@@ -112,20 +205,22 @@ public struct PoolStateMachine<Connection> {
     }
 
     /// A connection comes back; the machine decides whether it is kept (``Returned/isReusable``).
-    public mutating func release(_ connection: Connection, _ returned: Returned, at now: ContinuousClock.Instant)
-        -> WaiterAction?
-    {
-        release(connection, reusable: returned.isReusable, at: now)
+    public mutating func release(
+        _ connection: Connection, _ returned: Returned, tenant: String? = nil, at now: ContinuousClock.Instant
+    ) -> WaiterAction? {
+        release(connection, reusable: returned.isReusable, tenant: tenant, at: now)
     }
 
-    public mutating func release(_ connection: Connection, reusable: Bool, at now: ContinuousClock.Instant)
-        -> WaiterAction?
-    {
+    /// `tenant` is the one the connection was acquired for.
+    public mutating func release(
+        _ connection: Connection, reusable: Bool, tenant: String? = nil, at now: ContinuousClock.Instant
+    ) -> WaiterAction? {
+        give(for: tenant)
         if isClosed || !reusable {
             total -= 1
             return isClosed ? nil : grantSlot(at: now)
         }
-        if !waiters.isEmpty { return .lease(waiter: waiters.removeFirst(), connection) }
+        if let waiter = nextServable() { return .lease(waiter: waiter, connection) }
         idle.append(connection)
         return nil
     }
@@ -144,21 +239,33 @@ public struct PoolStateMachine<Connection> {
 
     /// A reserved slot failed to open: back off (50 ms doubling to ``maxBackoff``) and fail every waiter now, rather
     /// than let them queue behind a database that is down.
-    public mutating func openFailed(_ error: PostgresError, at now: ContinuousClock.Instant) -> [WaiterAction] {
+    public mutating func openFailed(_ error: PostgresError, tenant: String? = nil, at now: ContinuousClock.Instant)
+        -> [WaiterAction]
+    {
         total -= 1
+        give(for: tenant)
         backoff = backoff == .zero ? .milliseconds(50) : min(backoff * 2, Self.maxBackoff)
         retryAfter = now + backoff
         lastError = error
-        defer { waiters.removeAll() }
-        return waiters.map { .fail(waiter: $0, error) }
+        return removeAllWaiters().map { .fail(waiter: $0, error) }
     }
 
-    /// A slot for the first waiter, when one is free and the database is not backing off.
+    /// Every waiter, parked ones too, taken out (in arrival order).
+    private mutating func removeAllWaiters() -> [UInt64] {
+        let all = (waiters + parked.values.joined()).sorted()
+        waiters.removeAll()
+        parked.removeAll()
+        waiterTenants.removeAll()
+        return all
+    }
+
+    /// A slot for the first waiter that may be served, when one is free and the database is not backing off.
     private mutating func grantSlot(at now: ContinuousClock.Instant) -> WaiterAction? {
-        guard !waiters.isEmpty, total < maxConnections else { return nil }
+        guard total < maxConnections else { return nil }
         if let retryAfter, now < retryAfter { return nil }
+        guard let waiter = nextServable() else { return nil }
         total += 1
-        return .open(waiter: waiters.removeFirst())
+        return .open(waiter: waiter)
     }
 
     /// Closes the pool: the idle connections are handed back to be closed, every waiter fails, and so does every
@@ -168,7 +275,18 @@ public struct PoolStateMachine<Connection> {
         let connections = idle
         total -= idle.count
         idle = []
-        defer { waiters.removeAll() }
-        return (connections, waiters.map { .fail(waiter: $0, Self.closedError) })
+        return (connections, removeAllWaiters().map { .fail(waiter: $0, Self.closedError) })
+    }
+}
+
+extension [UInt64] {
+    /// Where `id` goes in this ascending array to keep it ascending (binary search).
+    fileprivate func insertionIndex(of id: UInt64) -> Int {
+        var (low, high) = (0, count)
+        while low < high {
+            let middle = (low + high) / 2
+            if self[middle] < id { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 }

@@ -37,6 +37,10 @@ public final class PostgresPool: Sendable {
         /// True when `conninfo` names a pooler in transaction mode
         /// (``PostgresConnection/SessionSettings/transactionPooled``).
         public var transactionPooled: Bool
+        /// The most connections one tenant (a caller's `tenant`: a project) holds at once (``PoolStateMachine``); nil:
+        /// a quarter of ``maxConnections``, at least one. Group commit's batches are no tenant's: they carry every
+        /// tenant's writes.
+        public var tenantShare: Int?
 
         public init(
             conninfo: String, maxConnections: Int = 10, acquireTimeout: Duration = .seconds(5),
@@ -52,6 +56,9 @@ public final class PostgresPool: Sendable {
             self.readBatch = max(1, readBatch)
             self.transactionPooled = transactionPooled
         }
+
+        /// ``tenantShare`` as applied.
+        var share: Int { max(1, min(tenantShare ?? maxConnections / 4, maxConnections)) }
 
         var session: PostgresConnection.SessionSettings {
             .init(statementTimeoutMillis: statementTimeout?.postgresMillis, transactionPooled: transactionPooled)
@@ -130,11 +137,12 @@ public final class PostgresPool: Sendable {
         committer = GroupCommitter(
             maxBatch: configuration.groupCommitBatch, batchesPerLane: configuration.groupCommitsPerLoop,
             queueTimeout: configuration.acquireTimeout, lockWait: configuration.groupCommitLockWait,
-            lockWaitersMax: max(1, configuration.maxConnections / 4))
+            lockWaitersMax: configuration.share)
         reads = GroupCommitter(
             maxBatch: configuration.readBatch, batchesPerLane: configuration.groupCommitsPerLoop,
             queueTimeout: configuration.readQueueLimit, separately: true, expiry: .runAlone)
-        state = Mutex(State(machine: Machine(maxConnections: configuration.maxConnections)))
+        state = Mutex(
+            State(machine: Machine(maxConnections: configuration.maxConnections, tenantShare: configuration.share)))
     }
 
     public var statistics: Statistics {
@@ -155,24 +163,29 @@ public final class PostgresPool: Sendable {
         return statistics
     }
 
-    /// Runs `body` with a connection taken from the pool and returned afterwards.
+    /// Runs `body` with a connection taken from the pool and returned afterwards, counted for `tenant` (nil: none's;
+    /// ``Configuration/tenantShare``).
     @discardableResult
-    public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        let connection = try await acquire()
+    public func withConnection<T: Sendable>(tenant: String? = nil, _ body: (PostgresConnection) async throws -> T)
+        async throws -> T
+    {
+        let connection = try await acquire(tenant: tenant)
         do {
             let value = try await body(connection)
-            release(connection)
+            release(connection, tenant: tenant)
             return value
         } catch {
-            release(connection)
+            release(connection, tenant: tenant)
             throw error
         }
     }
 
     /// Runs `body` inside `BEGIN … COMMIT`; any error rolls back.
     @discardableResult
-    public func withTransaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        try await withConnection { connection in
+    public func withTransaction<T: Sendable>(tenant: String? = nil, _ body: (PostgresConnection) async throws -> T)
+        async throws -> T
+    {
+        try await withConnection(tenant: tenant) { connection in
             await connection.begin()
             do {
                 let value = try await body(connection)
@@ -187,17 +200,18 @@ public final class PostgresPool: Sendable {
 
     /// Runs one statement on any connection.
     @discardableResult
-    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
-        try await withConnection { try await $0.query(query) }
+    public func query(_ query: PostgresQuery, tenant: String? = nil) async throws -> PostgresRows {
+        try await withConnection(tenant: tenant) { try await $0.query(query) }
     }
 
     /// Runs one statement that writes in a transaction of its own, possibly together with concurrent ones
     /// (``GroupCommitter``): answered after its commit. Statements of one transaction run in `key` order (same-key
     /// ones in arrival order); use the key of the row the statement locks first. A statement that fails fails alone.
+    /// `tenant` is counted when the statement runs on a connection of its own (after a lock wait, or unbatched).
     @discardableResult
-    public func groupCommitted(_ query: PostgresQuery, key: String) async throws -> PostgresRows {
-        if configuration.groupCommitBatch == 1 { return try await self.query(query) }
-        return try await committer.run(query, key: key, on: self)
+    public func groupCommitted(_ query: PostgresQuery, key: String, tenant: String? = nil) async throws -> PostgresRows {
+        if configuration.groupCommitBatch == 1 { return try await self.query(query, tenant: tenant) }
+        return try await committer.run(query, key: key, tenant: tenant, on: self)
     }
 
     /// Runs one read, possibly in one round trip with concurrent ones: the statements of a batch go out back to back
@@ -209,9 +223,9 @@ public final class PostgresPool: Sendable {
     /// answered when its last read is. Each statement takes its own snapshot, so it sees every write acknowledged
     /// before it was called.
     @discardableResult
-    public func batchedRead(_ query: PostgresQuery) async throws -> PostgresRows {
-        if configuration.readBatch == 1 { return try await self.query(query) }
-        return try await reads.run(query, key: "", on: self)
+    public func batchedRead(_ query: PostgresQuery, tenant: String? = nil) async throws -> PostgresRows {
+        if configuration.readBatch == 1 { return try await self.query(query, tenant: tenant) }
+        return try await reads.run(query, key: "", tenant: tenant, on: self)
     }
 
     /// Closes the pool: idle connections close now, waiters and later callers fail, connections in use close when
@@ -227,7 +241,7 @@ public final class PostgresPool: Sendable {
 
     // MARK: - Acquire and release
 
-    private func acquire() async throws -> PostgresConnection {
+    private func acquire(tenant: String?) async throws -> PostgresConnection {
         // A caller on an event loop prefers a connection of that loop: its statements then need no thread hop. Next
         // comes one opened before the loops were attached (it has a thread of its own): taken once, it is replaced
         // by one on a loop when it comes back, where left idle it would stay off the loops for good.
@@ -236,12 +250,14 @@ public final class PostgresPool: Sendable {
             s.nextID += 1
             // Answer at once when no waiting is needed; otherwise wait below, where the continuation exists.
             let mustWait =
-                !s.machine.isClosed && s.machine.idleCount == 0 && s.machine.total >= s.machine.maxConnections
+                !s.machine.isClosed
+                && (s.machine.idleCount == 0 && s.machine.total >= s.machine.maxConnections
+                    || s.machine.holdsShare(tenant))
             return (
                 s.nextID,
                 mustWait
                     ? nil
-                    : s.machine.acquire(s.nextID, at: .now) {
+                    : s.machine.acquire(s.nextID, tenant: tenant, at: .now) {
                         home == nil || $0.loop == nil || $0.loop.map { ObjectIdentifier($0) } == home
                     }
             )
@@ -249,27 +265,27 @@ public final class PostgresPool: Sendable {
         let grant: Grant
         switch fast {
         case let .lease(connection)?: return connection
-        case .open?: return try await open()
+        case .open?: return try await open(tenant: tenant)
         case let .fail(error)?: throw error
         case .cancelled?: throw CancellationError()
         case .wait?, nil:
-            grant = try await wait(id)
+            grant = try await wait(id, tenant: tenant)
             state.withLock { $0.machine.served(id) }
         }
         switch grant {
         case let .connection(connection): return connection
-        case .slot: return try await open()
+        case .slot: return try await open(tenant: tenant)
         }
     }
 
     /// Waits for a release, a slot, the time-out, a cancellation or the pool's close, whichever comes first.
-    private func wait(_ id: UInt64) async throws -> Grant {
+    private func wait(_ id: UInt64, tenant: String?) async throws -> Grant {
         let timeout = configuration.acquireTimeout
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Grant, any Error>) in
                 // Deciding and registering happen under one lock: no release can slip in between.
                 let action = state.withLock { s -> Machine.AcquireAction in
-                    let action = s.machine.acquire(id, at: .now)
+                    let action = s.machine.acquire(id, tenant: tenant, at: .now)
                     if case .wait = action {
                         s.continuations[id] = continuation
                         s.deadlines[id] = .now + timeout
@@ -321,7 +337,7 @@ public final class PostgresPool: Sendable {
     }
 
     /// Opens a connection for a slot the machine reserved; a failure gives the slot back and fails the waiters.
-    private func open() async throws -> PostgresConnection {
+    private func open(tenant: String?) async throws -> PostgresConnection {
         do {
             let connection = try await PostgresConnection.connect(
                 configuration.conninfo, on: loops.placement(), settings: configuration.session)
@@ -329,18 +345,20 @@ public final class PostgresPool: Sendable {
             return connection
         } catch {
             let error = PostgresError.from(error)
-            let failed = state.withLock { s in s.machine.openFailed(error, at: .now).compactMap { s.take($0) } }
+            let failed = state.withLock { s in
+                s.machine.openFailed(error, tenant: tenant, at: .now).compactMap { s.take($0) }
+            }
             for (continuation, result) in failed { continuation.resume(with: result) }
             throw error
         }
     }
 
-    private func release(_ connection: PostgresConnection) {
+    private func release(_ connection: PostgresConnection, tenant: String?) {
         let returned = Machine.Returned(
             healthy: connection.isHealthy, inTransaction: connection.isInTransaction, onLoop: connection.loop != nil,
             loopsAttached: !loops.isEmpty)
         let handOff = state.withLock { s in
-            s.machine.release(connection, returned, at: .now).flatMap { s.take($0) }
+            s.machine.release(connection, returned, tenant: tenant, at: .now).flatMap { s.take($0) }
         }
         if let (continuation, result) = handOff { continuation.resume(with: result) }
     }

@@ -38,25 +38,31 @@ struct Database: Sendable {
 
     @discardableResult
     func query(_ query: PostgresQuery) async throws -> PostgresRows {
-        try await Database.translating { try await failingOver { try await $0.query(query) } }
+        try await Database.translating { try await failingOver { try await $0.query(query, tenant: Tenant.current) } }
     }
 
     /// Runs one statement that writes, possibly committed together with concurrent ones (group commit): `key` names
     /// the row it locks first, so statements of one transaction lock in one order. Never on a read replica.
     @discardableResult
     func groupCommitted(_ query: PostgresQuery, key: String) async throws -> PostgresRows {
-        try await Database.translating { try await pool.groupCommitted(query, key: key) }
+        try await Database.translating {
+            try await pool.groupCommitted(query, key: key, tenant: Tenant.current)
+        }
     }
 
     /// Runs one point read (a look-up by key that takes no lock), possibly in one round trip with concurrent ones
     /// (``PostgresPool/batchedRead(_:)``); on a replica that cannot be reached, once more on the primary.
     func batchedRead(_ query: PostgresQuery) async throws -> PostgresRows {
-        try await Database.translating { try await failingOver { try await $0.batchedRead(query) } }
+        try await Database.translating {
+            try await failingOver { try await $0.batchedRead(query, tenant: Tenant.current) }
+        }
     }
 
     /// Runs `body` in one transaction (committed when it returns, rolled back when it throws).
     func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        try await Database.translating { try await failingOver { try await $0.withTransaction(body) } }
+        try await Database.translating {
+            try await failingOver { try await $0.withTransaction(tenant: Tenant.current, body) }
+        }
     }
 
     /// Runs `body` on the pool; on a replica that cannot be reached (not one that refused a write: that is a bug to

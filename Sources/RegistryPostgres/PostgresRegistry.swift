@@ -27,15 +27,18 @@ public enum PostgresRegistry {
     ///   - transactionPooled: `conninfo` names a pooler in transaction mode (pgbouncer): nothing is kept on a session.
     ///   - batchLockWaitMillis: how long a write of a group-committed batch waits for a lock before it runs alone (0:
     ///     unbounded).
+    ///   - projectShare: the most connections one project's requests (``Tenant``) hold at once (0: a quarter of
+    ///     `size`).
     public static func pool(
         conninfo: String, size: Int, acquireTimeoutMillis: Int, statementTimeoutMillis: Int, groupCommitMax: Int = 64,
-        readBatchMax: Int = 64, transactionPooled: Bool = false, batchLockWaitMillis: Int = 250
+        readBatchMax: Int = 64, transactionPooled: Bool = false, batchLockWaitMillis: Int = 250, projectShare: Int = 0
     ) -> PostgresPool {
         var configuration = PostgresPool.Configuration(
             conninfo: conninfo, maxConnections: size, acquireTimeout: .milliseconds(acquireTimeoutMillis),
             statementTimeout: statementTimeoutMillis > 0 ? .milliseconds(statementTimeoutMillis) : nil,
             groupCommitBatch: groupCommitMax, readBatch: readBatchMax, transactionPooled: transactionPooled)
         configuration.groupCommitLockWait = batchLockWaitMillis > 0 ? .milliseconds(batchLockWaitMillis) : nil
+        configuration.tenantShare = projectShare > 0 ? projectShare : nil
         return PostgresPool(configuration)
     }
 

@@ -43,7 +43,8 @@ public struct TestService: Sendable {
             conninfo: conninfo, size: configuration.databasePoolSize,
             acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
-            batchLockWaitMillis: configuration.databaseBatchLockWaitMillis)
+            batchLockWaitMillis: configuration.databaseBatchLockWaitMillis,
+            projectShare: configuration.databaseProjectShare)
         let box = try SecretBox(key: try SecureRandom.bytes(32))
         try await PostgresRegistry.prepare(pool: pool, box: box)
         let app = try await Application.build(
@@ -84,7 +85,8 @@ public struct TestService: Sendable {
             conninfo: conninfo, size: app.configuration.databasePoolSize,
             acquireTimeoutMillis: app.configuration.databaseAcquireTimeoutMillis,
             statementTimeoutMillis: app.configuration.databaseStatementTimeoutMillis,
-            batchLockWaitMillis: app.configuration.databaseBatchLockWaitMillis)
+            batchLockWaitMillis: app.configuration.databaseBatchLockWaitMillis,
+            projectShare: app.configuration.databaseProjectShare)
         return try await Application.build(
             configuration: app.configuration, stores: PostgresRegistry.stores(pool: pool, box: box), clock: app.clock,
             logger: Logger(level: .error))

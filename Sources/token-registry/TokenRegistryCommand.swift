@@ -159,13 +159,14 @@ struct CommandDatabase {
             statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
             groupCommitMax: configuration.databaseGroupCommitMax, readBatchMax: configuration.databaseReadBatchMax,
             transactionPooled: configuration.databaseTransactionPooled,
-            batchLockWaitMillis: configuration.databaseBatchLockWaitMillis)
+            batchLockWaitMillis: configuration.databaseBatchLockWaitMillis, projectShare: configuration.databaseProjectShare)
         let readPool = configuration.databaseReadURL.map {
             PostgresRegistry.pool(
                 conninfo: $0, size: configuration.databasePoolSize,
                 acquireTimeoutMillis: configuration.databaseAcquireTimeoutMillis,
                 statementTimeoutMillis: configuration.databaseStatementTimeoutMillis,
-                readBatchMax: configuration.databaseReadBatchMax, transactionPooled: configuration.databaseTransactionPooled)
+                readBatchMax: configuration.databaseReadBatchMax, transactionPooled: configuration.databaseTransactionPooled,
+                projectShare: configuration.databaseProjectShare)
         }
         do {
             let sealed = try await PostgresRegistry.prepare(pool: pool, box: box)

@@ -121,7 +121,9 @@ struct PeopleAPITests {
     /// fails the count), and once it is let go, whatever order they ran in, no installation of another person was
     /// erased and the receipt names what the person got after.
     @Test func aLoginALogoutAMoveAndAnErasureOfOnePersonQueueBehindItsLock() async throws {
-        try await TestService.with { s in
+        // All four wait at once, each on a connection: one project's share is the whole pool here (it is two of the
+        // eight by default, and the other two would wait for the project's connections instead of the lock).
+        try await TestService.with(configure: { $0.databaseProjectShare = 8 }) { s in
             let base = "/v1/projects/\(s.project.id)"
             let phone = try await s.createInstallation()
             let tablet = try await s.createInstallation()
