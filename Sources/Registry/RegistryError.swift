@@ -26,11 +26,22 @@ public struct RegistryError: Error, Sendable, Equatable, CustomStringConvertible
     public let message: String
     /// The request field at fault, when one is.
     public let field: String?
+    /// The store was reached but this statement could not finish: it waited too long for a lock or for its time-out,
+    /// or a concurrent change got in the way (``unavailable`` to a client, as its retry may succeed). A job tells it
+    /// apart from a database it cannot reach: the one record failed, not the run.
+    public var contended = false
 
     public init(_ kind: Kind, _ message: String, field: String? = nil) {
         self.kind = kind
         self.message = message
         self.field = field
+    }
+
+    /// ``Kind/unavailable``, ``contended``.
+    public static func contended(_ message: String) -> RegistryError {
+        var error = RegistryError(.unavailable, message)
+        error.contended = true
+        return error
     }
 
     public static func invalid(_ field: String, _ message: String) -> RegistryError {

@@ -107,9 +107,9 @@ struct Database: Sendable {
             // Transaction rollback (a serialization failure, a deadlock) or a lock not available: transient, so an
             // answer every client retries (503 with Retry-After), never the 409 that Android's FIS client and the
             // admin SDKs read as final.
-            return RegistryError(.unavailable, "a concurrent change got in the way; retry")
+            return .contended("a concurrent change got in the way; retry")
         case "57014"?:  // query_canceled: statement_timeout
-            return RegistryError(.unavailable, "the database did not answer in time; retry later")
+            return .contended("the database did not answer in time; retry later")
         case "22021"?:  // NUL in a text value (refused by the binding layer before sending) or invalid UTF-8
             return RegistryError(.invalidArgument, "a text value holds NUL or bytes that are not UTF-8")
         case let state? where state.hasPrefix("22"):  // data exception: a value out of the column's range

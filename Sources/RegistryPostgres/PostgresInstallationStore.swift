@@ -86,6 +86,16 @@ struct PostgresInstallationStore: InstallationStore {
     ///
     /// - Returns: the deletion record's id; nil when there was no such installation (or it was not idle).
     static func delete(_ d: DeletionRequest, on c: PostgresConnection) async throws -> Int64? {
+        if let idleBefore = d.idleBefore {
+            // Expiry: an installation whose row another transaction holds is in use, not idle; it is passed over this
+            // round rather than waited for (a tenant holding its own row must not hold the job every tenant shares).
+            let idle = try await c.query(
+                """
+                SELECT 1 FROM installations WHERE project_id = \(d.projectID) AND fid = \(d.fid)
+                  AND last_seen_at < \(idleBefore) FOR UPDATE SKIP LOCKED
+                """)
+            guard !idle.isEmpty else { return nil }
+        }
         let deleted = try await c.query(
             """
             DELETE FROM installations WHERE project_id = \(d.projectID) AND fid = \(d.fid)
