@@ -126,12 +126,20 @@ public struct Authenticator: Sendable {
 
     /// The installation whose auth token came in `x-goog-firebase-installations-auth`, with or without `FIS `.
     public func installation(_ context: RequestContext, project: Project) async throws -> Installation {
+        try await installations.authenticate(project: project, authToken: installationAuthToken(context))
+    }
+
+    /// The installation a valid auth token speaks for, or (nil) its FID when it was deleted.
+    func installationOrGone(_ context: RequestContext, project: Project) async throws -> (String, Installation?) {
+        try await installations.authenticateOrGone(project: project, authToken: installationAuthToken(context))
+    }
+
+    private func installationAuthToken(_ context: RequestContext) throws -> String {
         guard let raw = context.header("x-goog-firebase-installations-auth"), !raw.isEmpty else {
             throw APIError.unauthenticated(
                 "an installation auth token is required (x-goog-firebase-installations-auth)")
         }
-        return try await installations.authenticate(
-            project: project, authToken: Authenticator.installationAuthToken(raw))
+        return Authenticator.installationAuthToken(raw)
     }
 
     /// Requires the metrics token as a bearer token, when the service has one.

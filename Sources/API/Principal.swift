@@ -82,6 +82,20 @@ public struct InstallationCaller: ProjectCaller {
     public let installation: Installation
 }
 
+/// An installation of the path's project by its auth token, or the FID of a valid token whose installation was
+/// deleted (``Principal/installationTokenOrGone``).
+public enum InstallationOrGone: ProjectCaller {
+    case live(InstallationCaller)
+    case gone(project: Project, fid: String)
+
+    var tenant: String? {
+        switch self {
+        case let .live(caller): caller.project.id
+        case let .gone(project, _): project.id
+        }
+    }
+}
+
 /// An app backend, by a server credential of `project`; `actor` names the credential (``AuditedCaller``).
 public struct ServerCaller: ProjectCaller {
     public let project: Project
@@ -166,6 +180,21 @@ extension Principal where Caller == InstallationCaller {
                 throw APIError.permissionDenied("the auth token belongs to another installation")
             }
             return InstallationCaller(project: project, installation: installation)
+        }
+    }
+}
+
+extension Principal where Caller == InstallationOrGone {
+    /// An installation's auth token, valid though its installation may have been deleted since: for a clean-up the
+    /// client makes with the token it still holds, which finds nothing left rather than a 401 that stops the SDK
+    /// clearing its own state.
+    public static var installationTokenOrGone: Principal {
+        Principal([.installationToken]) { auth, context in
+            let project = try await auth.project(context)
+            try await auth.optionalApp(context, project: project)
+            let (fid, installation) = try await auth.installationOrGone(context, project: project)
+            guard let installation else { return .gone(project: project, fid: fid) }
+            return .live(InstallationCaller(project: project, installation: installation))
         }
     }
 }

@@ -100,6 +100,17 @@ public struct InstallationService: Sendable {
         try await installation(project: project, claims: try await tokens.verify(authToken))
     }
 
+    /// The installation a valid auth token speaks for, or nil when the token is valid but its installation was deleted
+    /// (the SDKs keep the token up to 7 days and never refresh it on a 401: a clean-up call made with it, a
+    /// registration's delete, finds nothing left to delete rather than a refusal).
+    public func authenticateOrGone(project: Project, authToken: String) async throws -> (fid: String, Installation?) {
+        let claims = try await tokens.verify(authToken)
+        guard claims.projectNumber == project.number else {
+            throw RegistryError(.permissionDenied, "the auth token belongs to another project")
+        }
+        return (claims.fid, try await store.find(projectID: project.id, fid: claims.fid))
+    }
+
     /// The installation verified auth token claims speak for (``authenticate(project:authToken:)`` once the token is
     /// verified: for callers that needed the claims first, to find the project).
     public func installation(project: Project, claims: AuthClaims) async throws -> Installation {

@@ -265,7 +265,8 @@ public protocol RegistrationStore: Sendable {
     func fids(projectID: String, tokens: [String]) async throws -> [String: String]
     func find(projectID: String, fid: String) async throws -> Registration?
     func find(projectID: String, token: String) async throws -> Registration?
-    /// Removes the installation's registration; false when it had none.
+    /// Removes the installation's registration and its topic subscriptions (a token's topics end with it); false when
+    /// it had none.
     func delete(projectID: String, fid: String) async throws -> Bool
     /// `batchImport`: for each item, the token of the registration that already holds its APNs token, or else (when
     /// `create`) a new installation with its consent and registration; all in one transaction.

@@ -80,9 +80,21 @@ struct PostgresRegistrationStore: RegistrationStore {
         ).first.map(Self.decode)
     }
 
+    /// The registration and, with it, the installation's topic subscriptions: a token's topics end with it, as they
+    /// do at FCM, so the next token of the installation (a new user after a logout's `deleteToken`, iOS's
+    /// `deleteData`) starts with none. The installation's lock first, in a statement of its own, as every topic
+    /// change takes it: a subscription that committed while the delete waited is seen and removed too.
     func delete(projectID: String, fid: String) async throws -> Bool {
-        try await db.query("DELETE FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)").affectedRows
-            == 1
+        try await db.transaction { c in
+            try await c.query("SELECT 1 FROM installations WHERE project_id = \(projectID) AND fid = \(fid) FOR UPDATE")
+            let deleted = try await c.query(
+                "DELETE FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)"
+            ).affectedRows == 1
+            if deleted {
+                try await c.query("DELETE FROM topic_subscriptions WHERE project_id = \(projectID) AND fid = \(fid)")
+            }
+            return deleted
+        }
     }
 
     /// The advisory-lock class of APNs imports: the two-key form, a lock space of its own beside the one-key person

@@ -63,11 +63,10 @@ struct ExpiryJobTests {
             #expect(report.processed == 1 && report.failed == 1, "\(report)")
             #expect(try await Self.exists(s, poisoned.fid))
             #expect(try await !Self.exists(s, first.fid))
-            // The next round: passed over, so the round costs no time-out, and the others still expire.
+            // The next round: passed over (the row is still held, so a second try would time out and count as a
+            // failure again), and the others still expire.
             try await Self.age(s, [second.fid])
-            let started = ContinuousClock.now
             let next = try await s.app.jobs.expiry.runReporting()
-            #expect(ContinuousClock.now - started < .milliseconds(900))
             #expect(next.processed == 1 && next.failed == 0, "\(next)")
             #expect(try await !Self.exists(s, second.fid))
             try await session.execute("ROLLBACK")

@@ -16,7 +16,7 @@ struct RegistrationsController: Sendable {
         // The installation removes its registration (by token or FID); an app backend may too, with a server key.
         routes.add(
             .DELETE, "/v1/projects/{project}/registrations/{registration}",
-            .either(.serverKey, when: { $0.hasBearer }, otherwise: .installationToken()), browser: true,
+            .either(.serverKey, when: { $0.hasBearer }, otherwise: .installationTokenOrGone), browser: true,
             audit: .registration("registrations.delete"), delete)
         // The write appends the call's audit entry in its own statement: one round trip and one commit for both.
         routes.add(
@@ -45,7 +45,7 @@ struct RegistrationsController: Sendable {
         return .json(RegistrationsController.json(stored, project: project))
     }
 
-    func delete(_ context: RequestContext, _ caller: OneOf<ServerCaller, InstallationCaller>) async throws
+    func delete(_ context: RequestContext, _ caller: OneOf<ServerCaller, InstallationOrGone>) async throws
         -> HTTPResponse
     {
         let reference = context.parameter("registration")
@@ -58,7 +58,12 @@ struct RegistrationsController: Sendable {
                 throw APIError.notFound("registration not found")
             }
             fid = registration.fid
-        case let .second(client):
+        case .second(.gone):
+            // The installation was deleted (by the app's backend, an erasure, its expiry) while the client kept its
+            // auth token: its registrations went with it, and the JS SDK's `deleteToken()` goes on to clear its own
+            // state and unsubscribe the push subscription only on a success.
+            return .json([:])
+        case let .second(.live(client)):
             project = client.project
             // A token the caller does not hold (another installation's, or none at all) is already not the caller's:
             // the JS SDK's `deleteToken()` then clears its own state, which an error would stop it from doing.

@@ -323,7 +323,10 @@ extension InMemoryStores: RegistrationStore {
     }
 
     public func delete(projectID: String, fid: String) async throws -> Bool {
-        registrations.removeValue(forKey: Key(projectID: projectID, fid: fid)) != nil
+        let key = Key(projectID: projectID, fid: fid)
+        guard registrations.removeValue(forKey: key) != nil else { return false }
+        topics[key] = nil
+        return true
     }
 
     public func importAPNs(_ items: [APNsImport], initialConsent: Bool, create: Bool) async throws -> [String: String] {
