@@ -121,7 +121,16 @@ public struct Routes: Sendable {
                     guard let tenant = (caller as? any ProjectCaller)?.tenant else {
                         return try await run(environment, context, caller)
                     }
-                    return try await Tenant.$current.withValue(tenant) { try await run(environment, context, caller) }
+                    var response = try await Tenant.$current.withValue(tenant) {
+                        try await run(environment, context, caller)
+                    }
+                    // A streamed body (an export) runs after the handler returns: it works for the project too.
+                    if let body = response.stream {
+                        response.stream = ResponseBody { writer in
+                            try await Tenant.$current.withValue(tenant) { try await body.produce(writer) }
+                        }
+                    }
+                    return response
                 },
                 runImmediately: nil))
     }

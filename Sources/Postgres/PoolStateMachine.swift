@@ -38,7 +38,7 @@ public struct PoolStateMachine<Connection> {
     /// Connections leased or being opened, plus idle ones.
     private(set) var total = 0
     /// Callers waiting to be served, in arrival order (their numbers increase).
-    private(set) var waiters: [UInt64] = []
+    private(set) var waiters = WaiterQueue()
     /// The tenant of each waiter that named one.
     private var waiterTenants: [UInt64: String] = [:]
     /// Waiters whose tenant holds its share, by tenant, in arrival order: served only when the tenant gives one back.
@@ -132,11 +132,10 @@ public struct PoolStateMachine<Connection> {
             }
             guard let (id, tenant) = best else { return nil }
             if let tenant, holdsShare(tenant) {
-                // The head of the queue, whose tenant holds its share now: parked, then look again.
+                // The head of the queue, whose tenant holds its share now: parked (in place), then look again.
                 waiters.removeFirst()
-                var queue = parked[tenant, default: []]
-                queue.insert(id, at: queue.insertionIndex(of: id))
-                parked[tenant] = queue
+                let index = parked[tenant, default: []].insertionIndex(of: id)
+                parked[tenant, default: []].insert(id, at: index)
                 continue
             }
             if let tenant {
@@ -176,9 +175,9 @@ public struct PoolStateMachine<Connection> {
             waiters.remove(at: index)
             return true
         }
-        guard let tenant, var queue = parked[tenant], let index = queue.firstIndex(of: id) else { return false }
-        queue.remove(at: index)
-        parked[tenant] = queue.isEmpty ? nil : queue
+        guard let tenant, let index = parked[tenant]?.firstIndex(of: id) else { return false }
+        parked[tenant]!.remove(at: index)
+        if parked[tenant]!.isEmpty { parked[tenant] = nil }
         return true
     }
 
@@ -218,7 +217,11 @@ public struct PoolStateMachine<Connection> {
         give(for: tenant)
         if isClosed || !reusable {
             total -= 1
-            return isClosed ? nil : grantSlot(at: now)
+            if isClosed { return nil }
+            // The tenant gave one back: a caller of it that was parked may take a connection left idle meanwhile (the
+            // slot may not open while the database is backing off).
+            if !idle.isEmpty, let waiter = nextServable() { return .lease(waiter: waiter, idle.removeLast()) }
+            return grantSlot(at: now)
         }
         if let waiter = nextServable() { return .lease(waiter: waiter, connection) }
         idle.append(connection)
@@ -252,7 +255,7 @@ public struct PoolStateMachine<Connection> {
 
     /// Every waiter, parked ones too, taken out (in arrival order).
     private mutating func removeAllWaiters() -> [UInt64] {
-        let all = (waiters + parked.values.joined()).sorted()
+        let all = (Array(waiters.all) + parked.values.joined()).sorted()
         waiters.removeAll()
         parked.removeAll()
         waiterTenants.removeAll()
@@ -288,5 +291,39 @@ extension [UInt64] {
             if self[middle] < id { low = middle + 1 } else { high = middle }
         }
         return low
+    }
+}
+
+/// The waiters in arrival order: taken from the front in constant time (a burst of thousands parked in one release
+/// costs each a step, not a shift of the whole queue).
+struct WaiterQueue {
+    private var storage: [UInt64] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == storage.count }
+    var count: Int { storage.count - head }
+    var first: UInt64? { isEmpty ? nil : storage[head] }
+    var all: ArraySlice<UInt64> { storage[head...] }
+
+    mutating func append(_ id: UInt64) { storage.append(id) }
+
+    @discardableResult
+    mutating func removeFirst() -> UInt64 {
+        let id = storage[head]
+        head += 1
+        if head > 64 && head * 2 > storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+        return id
+    }
+
+    func firstIndex(of id: UInt64) -> Int? { storage[head...].firstIndex(of: id) }
+
+    mutating func remove(at index: Int) { storage.remove(at: index) }
+
+    mutating func removeAll() {
+        storage.removeAll()
+        head = 0
     }
 }

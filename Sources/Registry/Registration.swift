@@ -266,7 +266,7 @@ public protocol RegistrationStore: Sendable {
     func find(projectID: String, fid: String) async throws -> Registration?
     func find(projectID: String, token: String) async throws -> Registration?
     /// Removes the installation's registration and its topic subscriptions (a token's topics end with it); false when
-    /// it had none.
+    /// it had no registration (its topics go all the same).
     func delete(projectID: String, fid: String) async throws -> Bool
     /// `batchImport`: for each item, the token of the registration that already holds its APNs token, or else (when
     /// `create`) a new installation with its consent and registration; all in one transaction.

@@ -66,13 +66,15 @@ struct Database: Sendable {
     }
 
     /// Runs `body` on the pool; on a replica that cannot be reached (not one that refused a write: that is a bug to
-    /// see, not to hide), once more on the primary.
+    /// see, not to hide; nor one whose pool had no connection free in time: the project held its share there, and
+    /// would then hold a share of the primary's too), once more on the primary.
     private func failingOver<T>(_ body: (PostgresPool) async throws -> T) async throws -> T {
         guard let fallback else { return try await body(pool) }
         do {
             return try await body(pool)
         } catch let error as PostgresError
             where error.isUnavailable && error.sqlState != PostgresError.readOnlySQLTransaction
+                && error.code != .poolTimeout
         {
             return try await body(fallback)
         }

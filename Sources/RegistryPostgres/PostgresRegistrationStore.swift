@@ -90,9 +90,7 @@ struct PostgresRegistrationStore: RegistrationStore {
             let deleted = try await c.query(
                 "DELETE FROM registrations WHERE project_id = \(projectID) AND fid = \(fid)"
             ).affectedRows == 1
-            if deleted {
-                try await c.query("DELETE FROM topic_subscriptions WHERE project_id = \(projectID) AND fid = \(fid)")
-            }
+            try await c.query("DELETE FROM topic_subscriptions WHERE project_id = \(projectID) AND fid = \(fid)")
             return deleted
         }
     }

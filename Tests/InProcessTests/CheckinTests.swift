@@ -145,6 +145,10 @@ struct CheckinTests {
             let fresh = try await checkIn(s)
             let mismatch = try await register(s, fresh, other, extra: [("appid", i.fid)])
             #expect(mismatch.status == 400, "\(mismatch)")
+            // An appid that names no installation any more (iOS read its FID before the token refresh that found it
+            // deleted and made a new one): the token's installation is served.
+            let rotated = try await register(s, try await checkIn(s), other, extra: [("appid", "cDeletedFID0000000000A")])
+            #expect(rotated.status == 200 && rotated.text.hasPrefix("token=\(other.fid):"), "\(rotated)")
             // Consent is the gate here too.
             let optedOut = try await s.createInstallation(app: s.consentFirst)
             let gated = try await register(s, try await checkIn(s), optedOut, gmpAppID: s.consentFirst.id)

@@ -187,7 +187,13 @@ struct CheckinController: Sendable {
         -> HTTPResponse
     {
         let (project, installation) = (caller.project, caller.installation)
-        if let appid = form("appid"), appid != installation.fid {
+        if let appid = form("appid"), appid != installation.fid,
+            try await installations.find(project: project, fid: appid) != nil
+        {
+            // iOS reads its FID before it fetches the auth token, and a refresh that found the installation deleted (by
+            // the backend, an erasure, the inactivity expiry) makes a new one: the form then names the old FID and
+            // the token the new one. The token is the credential, so the request acts for its installation; only an
+            // `appid` that names another live installation is refused.
             throw RegistryError.invalid("appid", "must be the FID of the installation auth token")
         }
         if let gmpAppID = form("gmp_app_id"), gmpAppID != installation.appID {

@@ -18,7 +18,7 @@ public struct ExpiryJob: Sendable {
     /// for a lock or met a concurrent change (``RegistryError/contended``) fails that installation alone, which is
     /// then passed over for ``PassedOver/backOff`` (the idle are read oldest first, so it would otherwise come first
     /// every round and cost every round its time-out). An installation whose row another transaction holds is in
-    /// use, and not waited for (the store skips it).
+    /// use, and not waited for (the store skips it): it is passed over likewise.
     ///
     /// - Returns: the installations deleted and those whose deletion failed.
     public func runReporting(batch: Int = 500) async throws -> (processed: Int, failed: Int) {
@@ -34,6 +34,10 @@ public struct ExpiryJob: Sendable {
                     projectID: idle.projectID, fid: idle.fid, reason: .inactivity, idleBefore: cutoff)
                 {
                     count += 1
+                } else {
+                    // Its row was held (in use), or it was seen or deleted meanwhile: passed over, so a tenant that
+                    // keeps its oldest idle installations' rows locked cannot fill every round with them.
+                    passedOver.add(PassedOver.key(idle.projectID, idle.fid), at: now)
                 }
             } catch let error as RegistryError where error.kind == .unavailable && !error.contended {
                 throw error
@@ -49,7 +53,7 @@ public struct ExpiryJob: Sendable {
     /// failure goes first), per replica.
     final class PassedOver: Sendable {
         static let backOff: TimeInterval = 3600
-        static let capacity = 1000
+        static let capacity = 10_000
         private let entries = Mutex<[String: Date]>([:])
 
         static func key(_ projectID: String, _ fid: String) -> String { projectID + "/" + fid }

@@ -324,9 +324,8 @@ extension InMemoryStores: RegistrationStore {
 
     public func delete(projectID: String, fid: String) async throws -> Bool {
         let key = Key(projectID: projectID, fid: fid)
-        guard registrations.removeValue(forKey: key) != nil else { return false }
         topics[key] = nil
-        return true
+        return registrations.removeValue(forKey: key) != nil
     }
 
     public func importAPNs(_ items: [APNsImport], initialConsent: Bool, create: Bool) async throws -> [String: String] {
