@@ -170,14 +170,18 @@ extension Principal where Caller == InstallationCaller {
     }
 
     /// An installation's auth token; with `owning`, the installation must be the one that path parameter names
-    /// (403 otherwise).
-    public static func installationToken(owning parameter: String? = nil) -> Principal {
+    /// (403 otherwise). With `afterRotation`, a path that names an FID no installation has any more is the token's
+    /// installation too: iOS builds the path from the FID it read before the token refresh that found the
+    /// installation deleted and made a new one (`FIRMessagingTopicOperation`), and a 403 there drops the operation.
+    public static func installationToken(owning parameter: String? = nil, afterRotation: Bool = false) -> Principal {
         Principal([.installationToken]) { auth, context in
             let project = try await auth.project(context)
             try await auth.optionalApp(context, project: project)
             let installation = try await auth.installation(context, project: project)
-            if let parameter, context.parameter(parameter) != installation.fid {
-                throw APIError.permissionDenied("the auth token belongs to another installation")
+            if let parameter, case let named = context.parameter(parameter), named != installation.fid {
+                guard afterRotation, Identifiers.isValidFID(named),
+                    try await auth.installations.find(project: project, fid: named) == nil
+                else { throw APIError.permissionDenied("the auth token belongs to another installation") }
             }
             return InstallationCaller(project: project, installation: installation)
         }

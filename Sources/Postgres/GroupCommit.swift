@@ -109,6 +109,10 @@ final class GroupCommitter: Sendable {
     /// `tenant` is counted when the statement runs on a connection of its own (``Ticket/alone``,
     /// ``Ticket/lockWaited``); a batch is no tenant's.
     func run(_ query: PostgresQuery, key: String, tenant: String?, on pool: PostgresPool) async throws -> PostgresRows {
+        if isRecentlyBlocked(key) {
+            blockedKeysAlone.add(1, ordering: .relaxed)
+            return try await runAfterLockWait(query, tenant: tenant, pool: pool).get()
+        }
         let lane = pool.loops.current.map { ObjectIdentifier($0) }
         // A free slot: lead at once, with no continuation made and resumed on the way.
         if state.withLock({ claimSlot(&$0, lane) }) {
@@ -135,6 +139,47 @@ final class GroupCommitter: Sendable {
             return try await pool.query(query, tenant: tenant)
         case .lockWaited:
             return try await runAfterLockWait(query, tenant: tenant, pool: pool).get()
+        }
+    }
+
+    /// Keys whose write waited ``lockWait`` for a lock in a batch lately, until when: their next writes skip the batch
+    /// and wait alone from the start, so a row that stays locked (a tenant's chain of transactions on it) costs its
+    /// lane one lock wait per ``blockedMemory``, not one per batch that carries a write of it. At most
+    /// ``blockedKeysMax`` keys are remembered; past that a key is not (its writes are batched, as before).
+    private let blocked = Mutex<[String: ContinuousClock.Instant]>([:])
+    /// How many keys `blocked` holds: read without the lock, so a write finds an empty memory for the cost of a load.
+    private let blockedCount = Atomic<Int>(0)
+    static let blockedKeysMax = 4096
+    /// How long a key stays remembered after its write waited.
+    var blockedMemory: Duration { (lockWait ?? .zero) * 4 }
+    /// Writes that skipped their batch for a key remembered in `blocked`.
+    let blockedKeysAlone = Atomic<Int>(0)
+
+    private func isRecentlyBlocked(_ key: String) -> Bool {
+        guard blockedCount.load(ordering: .relaxed) > 0 else { return false }
+        let now = ContinuousClock.now
+        return blocked.withLock { blocked in
+            guard let until = blocked[key] else { return false }
+            if until > now { return true }
+            blocked[key] = nil
+            blockedCount.store(blocked.count, ordering: .relaxed)
+            return false
+        }
+    }
+
+    private func rememberBlocked(_ keys: some Sequence<String>) {
+        guard lockWait != nil else { return }
+        let until = ContinuousClock.now + blockedMemory
+        blocked.withLock { blocked in
+            for key in keys {
+                if blocked.count >= Self.blockedKeysMax {
+                    let now = ContinuousClock.now
+                    blocked = blocked.filter { $0.value > now }
+                    if blocked.count >= Self.blockedKeysMax { break }
+                }
+                blocked[key] = until
+            }
+            blockedCount.store(blocked.count, ordering: .relaxed)
         }
     }
 
@@ -286,6 +331,9 @@ final class GroupCommitter: Sendable {
             let failure = PostgresError.from(error)
             outcomes = Array(repeating: .failure(failure), count: queries.count)
         }
+        // The keys that waited are remembered: their next writes wait alone from the start.
+        let waited = zip(keys, outcomes).filter { Self.waitedOnALock($0.1) }.map(\.0)
+        if !waited.isEmpty { rememberBlocked(waited) }
         for (waiting, outcome) in zip(others, outcomes.dropFirst()) {
             if Self.waitedOnALock(outcome) {
                 waiting.continuation.resume(returning: .lockWaited)

@@ -79,8 +79,10 @@ public final class PostgresPool: Sendable {
         public var groupCommits = 0
         public var groupCommittedWrites = 0
         public var writesRetriedAlone = 0
-        /// Writes that left their batch after waiting ``Configuration/groupCommitLockWait`` for a lock, to run alone.
+        /// Writes that left their batch after waiting ``Configuration/groupCommitLockWait`` for a lock, to run alone,
+        /// and (among them) writes of a key that waited so lately, which skipped the batch.
         public var writesLockWaitedAlone = 0
+        public var writesOfBlockedKeysAlone = 0
         /// Point reads queued for a batch now; since the pool opened, round trips of batched reads and the reads
         /// they carried (``PostgresPool/batchedRead(_:)``).
         public var queuedReads = 0
@@ -156,6 +158,7 @@ public final class PostgresPool: Sendable {
         statistics.groupCommittedWrites = committer.statements.load(ordering: .relaxed)
         statistics.writesRetriedAlone = committer.retriedAlone.load(ordering: .relaxed)
         statistics.writesLockWaitedAlone = committer.lockWaitsAlone.load(ordering: .relaxed)
+        statistics.writesOfBlockedKeysAlone = committer.blockedKeysAlone.load(ordering: .relaxed)
         statistics.queuedReads = reads.queued
         statistics.readBatches = reads.transactions.load(ordering: .relaxed)
         statistics.batchedReads = reads.statements.load(ordering: .relaxed)

@@ -90,4 +90,29 @@ struct TopicsTestsLive {
             #expect(forged.status == 401, "\(forged)")
         }
     }
+
+    /// iOS builds a topic operation's path from the FID it read before the token refresh that found its installation
+    /// deleted and made a new one: a path FID that no installation has any more is the token's installation. One that
+    /// names another live installation is still refused.
+    @Test func aClientTopicVerbWhosePathNamesARotatedFIDActsForTheToken() async throws {
+        try await TestService.with { s in
+            let base = "/v1/projects/\(s.project.id)"
+            let old = try await s.createInstallation(app: s.ios)
+            let other = try await s.createInstallation(app: s.ios)
+            let gone = try await s.request(
+                "DELETE", "/v1/project/\(s.project.id)/instanceId/\(old.fid)", headers: s.serverHeaders)
+            #expect(gone.status == 200, "\(gone)")
+            let fresh = try await s.createInstallation(app: s.ios)
+            let fis = ["x-goog-firebase-installations-auth": "FIS \(fresh.authToken)", "x-goog-api-key": s.ios.apiKey]
+            let rotated = try await s.request(
+                "POST", "\(base)/registrations/\(old.fid)/topicSubscriptions/news:subscribe", headers: fis, json: [:])
+            #expect(rotated.status == 200, "\(rotated)")
+            let topics = try await s.request(
+                "GET", "\(base)/registrations/\(fresh.fid)/topicSubscriptions", headers: s.serverHeaders)
+            #expect(topics.json?["topicSubscriptions"]?.arrayValue?.count == 1, "\(topics)")
+            let foreign = try await s.request(
+                "POST", "\(base)/registrations/\(other.fid)/topicSubscriptions/news:subscribe", headers: fis, json: [:])
+            #expect(foreign.status == 403, "\(foreign)")
+        }
+    }
 }

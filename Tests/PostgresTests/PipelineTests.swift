@@ -263,6 +263,40 @@ struct PipelineTests {
         }
     }
 
+    /// A key whose write waited for a lock in its batch is remembered for four lock waits: its next write skips the
+    /// batch and waits alone from the start, so a row kept locked costs its lane one lock wait, not one per batch
+    /// that carries a write of it. Once the memory ends, the key's writes are batched again.
+    @Test func aKeyThatWaitedOnALockSkipsTheBatchForAWhile() async throws {
+        try await withDatabase { url in
+            let pool = PostgresPool(.init(conninfo: url, maxConnections: 12, acquireTimeout: .seconds(5)))
+            defer { pool.close() }
+            try await pool.query("CREATE TABLE g (k text PRIMARY KEY, n int NOT NULL DEFAULT 0)")
+            try await pool.query("INSERT INTO g VALUES ('held')")
+            let second = try await SecondSession(conninfo: url)
+            try await second.execute("BEGIN; UPDATE g SET n = n + 1 WHERE k = 'held'")
+            let update: PostgresQuery = "UPDATE g SET n = n + 1 WHERE k = 'held'"
+            let first = Task { try await pool.groupCommitted(update, key: "held") }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while pool.statistics.writesLockWaitedAlone < 1, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            let batchesBefore = pool.statistics.groupCommits
+            let next = Task { try await pool.groupCommitted(update, key: "held") }
+            try await second.waitUntilBlocked(2)
+            #expect(pool.statistics.writesOfBlockedKeysAlone == 1)
+            #expect(pool.statistics.writesLockWaitedAlone == 2)
+            #expect(pool.statistics.groupCommits == batchesBefore, "the second write went through a batch")
+            try await second.execute("COMMIT")
+            _ = try await first.value
+            _ = try await next.value
+            // Forgotten after four lock waits (1 s): batched again.
+            try await Task.sleep(for: .milliseconds(1100))
+            try await pool.groupCommitted(update, key: "held")
+            #expect(pool.statistics.writesOfBlockedKeysAlone == 1)
+            #expect(try await pool.query("SELECT n FROM g WHERE k = 'held'").first?.require("n", as: Int.self) == 4)
+        }
+    }
+
     /// A batch that failed runs again one statement at a time; a connection lost on the second of them fails that
     /// one and the rest, and the first, committed alone, is answered as committed (it was answered as failed).
     /// Forced: the second statement ends its own session when it runs outside the first one's transaction.

@@ -18,7 +18,7 @@ struct TopicsController: Sendable {
         routes.add(.GET, base + "/{topic}", .serverKey, get)
         routes.add(.PATCH, base + "/{topic}", .serverKey, audit: .registration("topics.update"), patch)
         routes.add(.DELETE, base + "/{topic}", .serverKey, audit: .registration("topics.unsubscribe"), delete)
-        let own = Principal.installationToken(owning: "registration")
+        let own = Principal.installationToken(owning: "registration", afterRotation: true)
         routes.add(.POST, base + "/{topic}:subscribe", own, browser: true, clientSubscribe)
         routes.add(.POST, base + "/{topic}:unsubscribe", own, browser: true, clientUnsubscribe)
         routes.add(.GET, "/v1/projects/{project}/topics/{topic}/registrations", .serverKey, members)
