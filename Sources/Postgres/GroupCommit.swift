@@ -146,8 +146,9 @@ final class GroupCommitter: Sendable {
     /// and wait alone from the start, so a row that stays locked (a tenant's chain of transactions on it) costs its
     /// lane one lock wait per ``blockedMemory``, not one per batch that carries a write of it. At most
     /// ``blockedKeysMax`` keys are remembered; past that a key is not (its writes are batched, as before).
-    private let blocked = Mutex<[String: ContinuousClock.Instant]>([:])
-    /// How many keys `blocked` holds: read without the lock, so a write finds an empty memory for the cost of a load.
+    private let blocked = Mutex<(keys: [String: ContinuousClock.Instant], latest: ContinuousClock.Instant)>(([:], .now))
+    /// How many keys `blocked` holds: read without the lock, so a write finds an empty memory for the cost of a load
+    /// (the first write after the last key's memory ended empties it).
     private let blockedCount = Atomic<Int>(0)
     static let blockedKeysMax = 4096
     /// How long a key stays remembered after its write waited.
@@ -159,10 +160,10 @@ final class GroupCommitter: Sendable {
         guard blockedCount.load(ordering: .relaxed) > 0 else { return false }
         let now = ContinuousClock.now
         return blocked.withLock { blocked in
-            guard let until = blocked[key] else { return false }
-            if until > now { return true }
-            blocked[key] = nil
-            blockedCount.store(blocked.count, ordering: .relaxed)
+            if blocked.latest <= now { blocked.keys.removeAll() }
+            if let until = blocked.keys[key], until > now { return true }
+            blocked.keys[key] = nil
+            blockedCount.store(blocked.keys.count, ordering: .relaxed)
             return false
         }
     }
@@ -172,14 +173,15 @@ final class GroupCommitter: Sendable {
         let until = ContinuousClock.now + blockedMemory
         blocked.withLock { blocked in
             for key in keys {
-                if blocked.count >= Self.blockedKeysMax {
+                if blocked.keys.count >= Self.blockedKeysMax {
                     let now = ContinuousClock.now
-                    blocked = blocked.filter { $0.value > now }
-                    if blocked.count >= Self.blockedKeysMax { break }
+                    blocked.keys = blocked.keys.filter { $0.value > now }
+                    if blocked.keys.count >= Self.blockedKeysMax { break }
                 }
-                blocked[key] = until
+                blocked.keys[key] = until
+                blocked.latest = until
             }
-            blockedCount.store(blocked.count, ordering: .relaxed)
+            blockedCount.store(blocked.keys.count, ordering: .relaxed)
         }
     }
 

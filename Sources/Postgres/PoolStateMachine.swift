@@ -138,18 +138,14 @@ public struct PoolStateMachine<Connection> {
                 parked[tenant, default: []].insert(id, at: index)
                 continue
             }
-            if let tenant {
-                if waiters.first == id {
-                    waiters.removeFirst()
-                } else {
-                    parked[tenant]!.removeFirst()
-                    if parked[tenant]!.isEmpty { parked[tenant] = nil }
-                }
-                waiterTenants[id] = nil
-                held[tenant, default: 0] += 1
-            } else {
+            if waiters.first == id {
                 waiters.removeFirst()
+            } else if let tenant {  // the head of the tenant's parked callers
+                parked[tenant]!.removeFirst()
+                if parked[tenant]!.isEmpty { parked[tenant] = nil }
             }
+            waiterTenants[id] = nil
+            take(for: tenant)
             return id
         }
     }

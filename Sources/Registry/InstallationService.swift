@@ -105,18 +105,20 @@ public struct InstallationService: Sendable {
     /// registration's delete, finds nothing left to delete rather than a refusal).
     public func authenticateOrGone(project: Project, authToken: String) async throws -> (fid: String, Installation?) {
         let claims = try await tokens.verify(authToken)
+        try Self.require(claims, of: project)
+        return (claims.fid, try await store.find(projectID: project.id, fid: claims.fid))
+    }
+
+    private static func require(_ claims: AuthClaims, of project: Project) throws {
         guard claims.projectNumber == project.number else {
             throw RegistryError(.permissionDenied, "the auth token belongs to another project")
         }
-        return (claims.fid, try await store.find(projectID: project.id, fid: claims.fid))
     }
 
     /// The installation verified auth token claims speak for (``authenticate(project:authToken:)`` once the token is
     /// verified: for callers that needed the claims first, to find the project).
     public func installation(project: Project, claims: AuthClaims) async throws -> Installation {
-        guard claims.projectNumber == project.number else {
-            throw RegistryError(.permissionDenied, "the auth token belongs to another project")
-        }
+        try Self.require(claims, of: project)
         guard let installation = try await store.find(projectID: project.id, fid: claims.fid) else {
             throw RegistryError(.unauthenticated, "the installation of this auth token no longer exists")
         }
