@@ -52,10 +52,8 @@ struct DeletionCountTests {
                 fids.append(i.fid)
                 #expect(try await f.delete(i, reason: .server))
             }
-            for _ in 0..<100 {
-                _ = try await f.services.jobs.relayEvents()
-                if try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100).count >= 10 { break }
-                try await Task.sleep(for: .milliseconds(100))
+            try await f.services.jobs.relay {
+                try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100).count >= 10
             }
             f.clock.advance(by: DeletionPolicy().auditPeriod + 1)
             var job = f.services.jobs.purge

@@ -244,10 +244,9 @@ struct DomainServiceTests {
             // The relay numbers an event once no older transaction is running anywhere on the cluster (other tests
             // share it), so it may take a few rounds.
             var events: [FeedEvent] = []
-            for _ in 0..<100 where events.count < 5 {
-                _ = try await f.services.jobs.relayEvents()
+            try await f.services.jobs.relay {
                 events = try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100)
-                if events.count < 5 { try await Task.sleep(for: .milliseconds(50)) }
+                return events.count >= 5
             }
             #expect(
                 events.map(\.type) == [

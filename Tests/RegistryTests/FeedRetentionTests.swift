@@ -18,10 +18,9 @@ struct FeedRetentionTests {
             }
             // The relay waits for every older transaction of the cluster (other tests' too) to end.
             var events: [FeedEvent] = []
-            for _ in 0..<100 where events.count < 2 {
-                _ = try await f.services.jobs.relayEvents()
+            try await f.services.jobs.relay {
                 events = try await feed()
-                if events.count < 2 { try await Task.sleep(for: .milliseconds(100)) }
+                return events.count >= 2
             }
             try #require(events.map(\.fid) == [first.fid, second.fid])
             let retention = DeletionPolicy().eventRetention

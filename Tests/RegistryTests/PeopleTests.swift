@@ -29,11 +29,10 @@ struct PeopleTests {
             #expect(alice[1].userID == nil && alice[1].previousUserID == "alice")
             // The relay numbers what committed transactions appended; under parallel tests it may take rounds.
             var types: [EventType] = []
-            for _ in 0..<50 where types.count < 3 {
-                _ = try await f.services.jobs.relayEvents()
+            try await f.services.jobs.relay {
                 types = try await f.services.feed.events(projectID: f.project.id, after: 0, limit: 100).map(\.type)
                     .filter { $0.rawValue.hasPrefix("user.") }
-                if types.count < 3 { try await Task.sleep(for: .milliseconds(100)) }
+                return types.count >= 3
             }
             #expect(types == [.userBound, .userMoved, .userUnbound])
             // No such installation, a bad user ID.
@@ -179,7 +178,9 @@ struct PeopleTests {
             #expect(pending.count(where: { $0.event.type == .consentChanged }) == statements)
             #expect(pending.map(\.id) == pending.map(\.id).sorted() && Set(pending.map(\.id)).count == pending.count)
             // Relayed: every event in feed order, none left pending.
-            while try await f.services.jobs.relayEvents() > 0 {}
+            try await f.services.jobs.relay {
+                try await f.services.exports.pendingEvents(of: export, after: 0).isEmpty
+            }
             var events: [FeedEvent] = []
             while true {
                 let page = try await f.services.exports.events(of: export, after: events.last?.sequence ?? 0)
